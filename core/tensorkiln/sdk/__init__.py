@@ -1,0 +1,33 @@
+"""The SDK a target plugin is written against: hooks, manifest models, codegen bases.
+
+A plugin imports only from here (and the public `tensorkiln.te`, `tensorkiln.tir`
+APIs). See sdk_docs/ for the vendor guide.
+"""
+from pathlib import Path
+
+from .codegen import Artifact, Emitter, KernelFunction, KernelSignature, LoadedModule, ParamSpec, RuntimeLoader, signature_of
+from .hookspecs import hookimpl, hookspec
+from .manifest import (
+    Capabilities, IntrinsicDecl, LayoutPreference, OpSupport, OptionDecl, PluginInfo, PluginManifest,
+)
+from .plugin_manager import ENTRY_POINT_GROUP, PluginRegistry, read_manifest, registry, reload_plugins
+from .target import Target, TargetSpec
+
+__all__ = [
+    "hookimpl", "hookspec", "TargetSpec", "Target", "PluginManifest", "PluginInfo", "Capabilities",
+    "OptionDecl", "OpSupport", "LayoutPreference", "IntrinsicDecl", "Artifact", "Emitter", "RuntimeLoader",
+    "LoadedModule", "KernelFunction", "KernelSignature", "ParamSpec", "signature_of", "ENTRY_POINT_GROUP",
+    "PluginRegistry", "registry", "reload_plugins", "load_manifest",
+]
+
+
+def load_manifest(package_file: str) -> PluginManifest:
+    """Read the manifest beside a plugin module: `load_manifest(__file__)`.
+
+    Called by a plugin's target.py to build its TargetSpec from the same validated
+    manifest the core already checked.
+    """
+    path = Path(package_file).resolve()
+    directory = path if path.is_dir() else path.parent
+    manifest, _ = read_manifest(directory / "manifest.toml", directory.name)
+    return manifest

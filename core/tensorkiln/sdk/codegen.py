@@ -1,0 +1,136 @@
+"""What a target plugin provides to turn loop IR into something that runs.
+
+Two roles, kept apart so a vendor can reuse one and replace the other:
+
+- an `Emitter` turns PrimFuncs into an `Artifact` (source text and, where the
+  target has one, a binary). The core calls it from `tensorkiln.build` and from the
+  graph compiler, once per group of kernels.
+- a `RuntimeLoader` turns an `Artifact` into a `LoadedModule` whose functions take
+  numpy arrays (or the loader's device arrays), check them, and run.
+
+Both are plain classes; a plugin hands instances to the core through its
+`TargetSpec` (see `tensorkiln.sdk.target`).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+__all__ = ["ParamSpec", "KernelSignature", "Artifact", "Emitter", "RuntimeLoader", "LoadedModule",
+           "KernelFunction", "signature_of"]
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One kernel parameter as the runtime must check it."""
+
+    name: str
+    kind: str                     # "buffer" or "scalar"
+    dtype: str
+    shape: tuple[int, ...] = ()   # static shape of a buffer parameter
+
+
+@dataclass(frozen=True)
+class KernelSignature:
+    name: str
+    params: tuple[ParamSpec, ...]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """The output of an emitter: everything needed to load and run the kernels again.
+
+    `format` names the payload ("llvm-ir", "opencl-c", "c", ...). `source` is the
+    human-readable text (`get_source()`); `binary` is optional compiled code;
+    `sources` holds other views (e.g. {"asm": ...}). Everything here is plain data so
+    it can be written into a model package without pickle.
+    """
+
+    target: str
+    format: str
+    source: str
+    kernels: tuple[KernelSignature, ...]
+    binary: bytes | None = None
+    sources: dict[str, str] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def kernel(self, name: str) -> KernelSignature:
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        raise KeyError(f"artifact has no kernel {name!r}; it has {[k.name for k in self.kernels]}")
+
+
+class Emitter(abc.ABC):
+    """Loop IR -> Artifact for one target. Called by the core's build driver."""
+
+    @abc.abstractmethod
+    def emit(self, funcs: Sequence[Any], target: Any) -> Artifact:
+        """Compile `funcs` (tir.PrimFunc) for `target` (a resolved tensorkiln Target)."""
+
+
+class KernelFunction(abc.ABC):
+    """A loaded kernel. Calling it checks every argument before any memory is touched."""
+
+    signature: KernelSignature
+
+    @abc.abstractmethod
+    def __call__(self, *args: Any) -> None: ...
+
+
+class LoadedModule(abc.ABC):
+    """Kernels of one artifact, loaded on a device."""
+
+    artifact: Artifact
+
+    @abc.abstractmethod
+    def get_function(self, name: str) -> KernelFunction: ...
+
+    def export_library(self, path: str) -> None:
+        """Write a file that `tensorkiln.runtime.load_module` can load again."""
+        raise NotImplementedError(f"{type(self).__name__} cannot export a library")  # optional capability
+
+    def time_function(self, name: str, args: Sequence[Any], number: int, repeat: int) -> list[float]:
+        """Mean seconds per call of each of `repeat` batches of `number` calls.
+
+        Loaders override this with device-side timing (events); the default uses the
+        host clock around a synchronous call.
+        """
+        import time
+        func = self.get_function(name)
+        func(*args)  # warm up: first call may compile or page in
+        results = []
+        for _ in range(repeat):
+            start = time.perf_counter()
+            for _ in range(number):
+                func(*args)
+            results.append((time.perf_counter() - start) / number)
+        return results
+
+
+class RuntimeLoader(abc.ABC):
+    """Artifact -> LoadedModule. Also owns device memory for the conformance kit."""
+
+    @abc.abstractmethod
+    def load(self, artifact: Artifact, target: Any) -> LoadedModule: ...
+
+
+def signature_of(func: Any) -> KernelSignature:
+    """The KernelSignature of a tir.PrimFunc (static shapes only)."""
+    from ..tir import nodes as tir
+
+    params = []
+    for p in func.params:
+        if isinstance(p, tir.Buffer):
+            shape = []
+            for dim in p.shape:
+                if not isinstance(dim, tir.IntImm):
+                    raise ValueError(f"kernel {func.name}: buffer {p.name} has a non-constant dimension {dim}")
+                shape.append(dim.value)
+            params.append(ParamSpec(p.name, "buffer", p.dtype, tuple(shape)))
+        else:
+            params.append(ParamSpec(p.name, "scalar", p.dtype))
+    return KernelSignature(func.name, tuple(params))
+
+

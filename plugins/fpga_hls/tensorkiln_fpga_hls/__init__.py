@@ -1,0 +1,1 @@
+"""tensorkiln target plugin `fpga_hls`."""

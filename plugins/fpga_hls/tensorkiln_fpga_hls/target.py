@@ -1,0 +1,8 @@
+"""The fpga_hls TargetSpec: the validated manifest plus this plugin's emitter and loader."""
+from tensorkiln.sdk import TargetSpec, load_manifest
+
+MANIFEST = load_manifest(__file__)
+
+# No emitter or loader yet: the manifest says available = false with the reason,
+# and compiling for fpga_hls raises a clear "not available yet" error.
+FPGA_HLS = TargetSpec(manifest=MANIFEST)
