@@ -27,6 +27,7 @@ _LAZY = {
     "lower": ("tensorkiln.tir.lower", "lower"),
     "build": ("tensorkiln.build_module", "build"),
     "compile": ("tensorkiln.compiler", "compile"),
+    "onnx_backend": ("tensorkiln.onnx_backend", None),
     "target": ("tensorkiln.targets", "target"),
     "targets": ("tensorkiln.targets", "targets"),
     "intrinsic": ("tensorkiln.targets", "intrinsic"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from . import __version__, SDK_API_VERSION
 
@@ -77,6 +78,95 @@ def _cmd_targets(args) -> int:
     return 0
 
 
+def _parse_shapes(items: list[str] | None) -> dict | None:
+    """["input=1,3,224,224"] -> {"input": (1, 3, 224, 224)}."""
+    if not items:
+        return None
+    shapes = {}
+    for item in items:
+        name, _, dims = item.partition("=")
+        if not dims:
+            raise SystemExit(f"error: --shape {item!r} must look like NAME=1,3,224,224")
+        shapes[name] = tuple(int(d) for d in dims.split(","))
+    return shapes
+
+
+def _print_summary(summary: dict, console) -> None:
+    from rich.table import Table
+
+    console.print(f"kernels: {summary['kernels']} (launches {summary['kernel_launches']}) from {summary['ops']} graph ops; "
+                  f"planned activation memory {summary['peak_activation_bytes'] / 1e6:.2f} MB "
+                  f"(no reuse: {summary['unplanned_activation_bytes'] / 1e6:.2f} MB); "
+                  f"weights {summary['weight_bytes'] / 1e6:.2f} MB; compile {summary['compile_seconds']:.2f} s")
+    table = Table(title="placement")
+    for column in ("#", "kernel", "ops", "target", "fallback reason"):
+        table.add_column(column)
+    for index, row in enumerate(summary["placement"]):
+        table.add_row(str(index), row["kernel"], ", ".join(row["ops"]), row["target"], row["fallback_reason"] or "-")
+    console.print(table)
+
+
+def _cmd_compile(args) -> int:
+    from rich.console import Console
+
+    from .compiler import compile as compile_model
+    from .frontend import from_onnx
+    from .passes import PassContext, PassTimingInstrument, PrintIRInstrument
+
+    console = Console(width=None if sys.stdout.isatty() else 180)
+    timing = PassTimingInstrument()
+    instruments = [PrintIRInstrument(after=args.print_ir_after or ())]
+    if args.time_passes:
+        instruments.append(timing)
+    context = PassContext(opt_level=args.opt_level, disabled=set(args.disable_pass or ()), instruments=instruments)
+    mod = from_onnx(args.model, shape=_parse_shapes(args.shape))
+    lib = compile_model(mod, target=args.target, context=context, strict=args.strict)
+    _print_summary(lib.summary(), console)
+    if args.time_passes:
+        console.print(timing.render())
+    output = args.output or str(Path(args.model).with_suffix(".tkpkg"))
+    lib.export(output)
+    console.print(f"wrote {output}")
+    return 0
+
+
+def _cmd_run(args) -> int:
+    import time
+
+    import numpy as np
+
+    from .ir.dtypes import to_numpy
+    from .runtime.package import load
+
+    lib = load(args.package)
+    inputs = {}
+    given = list(args.input or [])
+    rng = np.random.default_rng(0)
+    for index, info in enumerate(lib.input_info()):
+        if index < len(given):
+            name, _, path = given[index].rpartition("=")
+            inputs[name or info["name"]] = np.load(path, allow_pickle=False)
+        elif args.random:
+            inputs[info["name"]] = rng.standard_normal(info["shape"]).astype(to_numpy(info["dtype"]))
+        else:
+            raise SystemExit(f"error: input {info['name']!r} {info['shape']} {info['dtype']} not given; "
+                             "pass --input NAME=file.npy or --random")
+    outputs = lib.run(inputs)
+    times = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        lib.run()
+        times.append(time.perf_counter() - start)
+    for index, out in enumerate(outputs):
+        print(f"output {index}: shape {tuple(out.shape)} dtype {out.dtype} mean {float(np.mean(out)):.6g}")
+        if args.save:
+            np.save(f"{args.save}{index}.npy", out, allow_pickle=False)
+    if times:
+        print(f"latency over {len(times)} runs: median {1e3 * float(np.median(times)):.3f} ms, "
+              f"min {1e3 * min(times):.3f} ms")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorkiln", description="tensorkiln deep-learning compiler")
     parser.add_argument("--version", action="version", version=f"tensorkiln {__version__} (SDK API {SDK_API_VERSION})")
@@ -84,6 +174,26 @@ def _parser() -> argparse.ArgumentParser:
     targets = commands.add_parser("targets", help="list installed target plugins and load errors")
     targets.add_argument("--json", action="store_true", help="machine-readable output")
     targets.set_defaults(run=_cmd_targets)
+
+    compile_cmd = commands.add_parser("compile", help="compile an ONNX model into a .tkpkg package")
+    compile_cmd.add_argument("model", help="path to an .onnx file")
+    compile_cmd.add_argument("--target", default="cpu_llvm", help="target string, e.g. 'llvm -num_threads=2'")
+    compile_cmd.add_argument("-o", "--output", help="package path (default: MODEL.tkpkg)")
+    compile_cmd.add_argument("--shape", action="append", help="bind an input shape: NAME=1,3,224,224")
+    compile_cmd.add_argument("--opt-level", type=int, default=2)
+    compile_cmd.add_argument("--disable-pass", action="append", metavar="NAME")
+    compile_cmd.add_argument("--print-ir-after", action="append", metavar="NAME", help="NAME or '*'")
+    compile_cmd.add_argument("--time-passes", action="store_true")
+    compile_cmd.add_argument("--strict", action="store_true", help="refuse to fall back to another target")
+    compile_cmd.set_defaults(run=_cmd_compile)
+
+    run_cmd = commands.add_parser("run", help="run a compiled .tkpkg package")
+    run_cmd.add_argument("package")
+    run_cmd.add_argument("--input", action="append", metavar="[NAME=]FILE.npy")
+    run_cmd.add_argument("--random", action="store_true", help="random inputs for those not given")
+    run_cmd.add_argument("--repeat", type=int, default=10, help="timed runs after the first")
+    run_cmd.add_argument("--save", metavar="PREFIX", help="write outputs to PREFIX<i>.npy")
+    run_cmd.set_defaults(run=_cmd_run)
     return parser
 
 

@@ -110,10 +110,49 @@ class LoadedModule(abc.ABC):
 
 
 class RuntimeLoader(abc.ABC):
-    """Artifact -> LoadedModule. Also owns device memory for the conformance kit."""
+    """Artifact -> LoadedModule. Also owns device memory (graph executor, conformance kit).
+
+    Host-memory targets (CPUs) keep the defaults below: device arrays are numpy
+    arrays and the graph executor places them in one planned arena. A device
+    target overrides `uses_host_memory`, `empty`, `to_device` and `to_host`.
+    """
+
+    uses_host_memory: bool = True
 
     @abc.abstractmethod
     def load(self, artifact: Artifact, target: Any) -> LoadedModule: ...
+
+    def empty(self, shape: tuple[int, ...], dtype: str, target: Any = None) -> Any:
+        """Allocate an uninitialised array on the device."""
+        import numpy as np
+        from ..ir.dtypes import to_numpy
+        return np.empty(shape, dtype=to_numpy(dtype))
+
+    def to_device(self, array: Any, target: Any = None) -> Any:
+        """Copy a numpy array to a new device array."""
+        import numpy as np
+        return np.ascontiguousarray(array)
+
+    def copy_into(self, device_array: Any, array: Any) -> None:
+        """Copy a numpy array into an existing device array of the same shape and dtype."""
+        import numpy as np
+        np.copyto(device_array, array)
+
+    def view(self, storage: Any, offset: int, shape: tuple[int, ...], dtype: str) -> Any:
+        """An array of `shape`/`dtype` over `storage` (a uint8 array from `empty`) at byte `offset`.
+
+        The graph executor places planned values in shared storages this way.
+        """
+        import numpy as np
+        from ..ir.dtypes import to_numpy
+        np_dtype = to_numpy(dtype)
+        count = int(np.prod(shape, dtype=np.int64))
+        return storage[offset:offset + count * np_dtype.itemsize].view(np_dtype).reshape(shape)
+
+    def to_host(self, device_array: Any) -> Any:
+        """Copy a device array to a new numpy array."""
+        import numpy as np
+        return np.array(device_array, copy=True)
 
 
 def signature_of(func: Any) -> KernelSignature:

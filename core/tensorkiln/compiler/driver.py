@@ -1,0 +1,117 @@
+"""The compile driver: graph -> passes -> placement -> fused groups -> tir -> plugin -> CompiledModel.
+
+Each stage is a plain function; `compile` is the flat list of them, read top to bottom.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from ..graph import Call, Expr, Function, Module, post_order, structural_hash
+from ..graph.registry import Op
+from ..ir.errors import UnsupportedOpError
+from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrument, current_pass_context, group_each_op
+from ..sdk.plugin_manager import registry
+from ..sdk.target import Target
+from .lower_groups import GroupKernel, group_name, lower_group
+from .memory_plan import plan_memory
+from .placement import Placement, place_ops
+from .plan import build_plan
+
+__all__ = ["compile", "as_module"]
+
+
+def as_module(model: Any, shape: dict | None = None) -> Module:
+    """Accept a graph Module, an Expr, an onnx ModelProto or a path to an .onnx file."""
+    if isinstance(model, Module):
+        return model
+    if isinstance(model, Expr):
+        return Module.from_expr(model)
+    from ..frontend import from_onnx
+    if isinstance(model, (str, Path)) or type(model).__name__ == "ModelProto":
+        return from_onnx(model, shape=shape)
+    raise TypeError(f"cannot compile a {type(model).__name__}; pass a graph Module, an ONNX model or a path")
+
+
+def _context(opt_level: int | None, context: PassContext | None) -> PassContext:
+    context = context or current_pass_context() or PassContext()
+    if opt_level is not None:
+        context = dataclasses.replace(context, opt_level=opt_level, instruments=list(context.instruments))
+    return context
+
+
+def _group_calls(mod: Module) -> list[Call]:
+    return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
+
+
+def _lower_all(calls: list[Call], placement: Placement) -> tuple[dict[str, list[GroupKernel]], dict[int, str], dict[int, str]]:
+    """Lower every group once per distinct (function, target); identical groups share a kernel."""
+    kernels: dict[str, list[GroupKernel]] = {}
+    by_key: dict[tuple, str] = {}
+    names: dict[int, str] = {}
+    targets: dict[int, str] = {}
+    used: set[str] = set()
+    for call in calls:
+        target = placement.target_of(call)
+        key = (structural_hash(call.op), str(target))
+        if key not in by_key:
+            base = group_name(call.op)
+            name, suffix = base, 0
+            while name in used:
+                suffix += 1
+                name = f"{base}_{suffix}"
+            used.add(name)
+            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target))
+            by_key[key] = name
+        names[id(call)] = by_key[key]
+        targets[id(call)] = str(target)
+    return kernels, names, targets
+
+
+def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
+            context: PassContext | None = None, shape: dict | None = None):
+    """Compile a model for `target`; returns a CompiledModel ready to run.
+
+    opt_level 0 runs each op as its own kernel without memory reuse; higher
+    levels run the graph passes (`tensorkiln.passes.GRAPH_PIPELINE`). Ops the
+    target does not support fall back to a CPU target unless `strict`.
+    """
+    from ..runtime.compiled_model import CompiledModel
+
+    start = time.perf_counter()
+    mod = as_module(model, shape)
+    target = registry().target(target)
+    target.spec.require_available()
+    context = _context(opt_level, context)
+    timing = PassTimingInstrument()
+    context = dataclasses.replace(context, instruments=[*context.instruments, timing])
+    ops_before = sum(1 for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Op))
+
+    plugin_passes = registry().call("tensorkiln_passes", target)
+    mod = PassManager(context, target).run(mod, (*_pipeline(context), *plugin_passes))
+    placement = place_ops(mod, target, strict=strict)
+    # Fusion runs after placement so a group never mixes targets.
+    fuse_context = dataclasses.replace(context, config={**context.config, "fuse_ops": {
+        **context.config.get("fuse_ops", {}), "placement": placement.by_call}})
+    mod = PassManager(fuse_context, target).run(mod, ("fuse_ops",))
+    mod = group_each_op(mod, placement.by_call)
+    placement = placement.for_groups(mod)
+    calls = _group_calls(mod)
+    kernels, names, targets = _lower_all(calls, placement)
+    artifacts, target_objects = {}, {}
+    for target_text, group_kernels in kernels.items():
+        resolved = registry().target(target_text)
+        artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
+        target_objects[target_text] = resolved
+    plan, constants = build_plan(mod.main, names, targets, placement.reasons_by_call)
+    plan = plan_memory(plan, reuse=context.opt_level >= 1)
+    return CompiledModel(
+        plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
+        ops_before_fusion=ops_before, pass_times=dict(timing.times),
+        compile_seconds=time.perf_counter() - start, graph=mod)
+
+
+def _pipeline(context: PassContext) -> tuple[str, ...]:
+    return GRAPH_PIPELINE

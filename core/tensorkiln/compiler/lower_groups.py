@@ -1,0 +1,99 @@
+"""Fused groups -> te -> schedule -> tir.PrimFunc, one kernel per group.
+
+A group is a primitive graph Function (what `fuse_ops` makes): its parameters
+become te placeholders, each op in its body contributes its registered te
+compute, and the target's schedule for the group decides the loop nest.
+Kernel parameters are the group's inputs, then its outputs.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..graph import Call, Constant, Function, Tuple, TupleGetItem, Var, post_order
+from ..graph.types import TensorType, TupleType
+from ..ir.errors import InternalError, UnsupportedOpError
+
+__all__ = ["GroupKernel", "lower_group", "group_name"]
+
+
+@dataclass(frozen=True)
+class GroupKernel:
+    """A lowered group: its PrimFunc plus what the executor needs to call it."""
+
+    name: str
+    func: object                      # tir.PrimFunc
+    num_inputs: int
+    output_types: tuple[TensorType, ...]
+    ops: tuple[str, ...]
+
+
+def group_name(function: Function) -> str:
+    """"fused_nn_conv2d_add_nn_relu" from the ops in the group, in execution order."""
+    names = [node.op.name for node in post_order(function.body) if isinstance(node, Call) and not isinstance(node.op, Function)]
+    text = "_".join(re.sub(r"[^0-9a-zA-Z]+", "_", name) for name in names) or "copy"
+    return f"fused_{text}"[:80]
+
+
+def _output_types(function: Function) -> tuple[TensorType, ...]:
+    ret = function.ret_type
+    if isinstance(ret, TupleType):
+        return tuple(ret.fields)
+    return (ret,)
+
+
+def lower_group(function: Function, name: str, target) -> GroupKernel:
+    """Build, schedule and lower one primitive function for `target`."""
+    from .. import te
+    from ..ops import strategy
+    from ..tir.lower import lower
+
+    tensors: dict[int, object] = {}
+    placeholders = []
+    for index, param in enumerate(function.params):
+        if not isinstance(param.checked_type, TensorType):
+            raise InternalError(f"group {name}: parameter {param.name} is not a tensor ({param.checked_type})")
+        placeholder = te.placeholder(param.checked_type.shape, param.checked_type.dtype, name=f"p{index}")
+        tensors[id(param)] = placeholder
+        placeholders.append(placeholder)
+    ops = []
+    for node in post_order(function.body):
+        if isinstance(node, Var):
+            if id(node) not in tensors:
+                raise InternalError(f"group {name}: free variable {node.name}")
+        elif isinstance(node, Constant):
+            tensors[id(node)] = _constant_tensor(node, te)
+        elif isinstance(node, Call):
+            op = node.op
+            if isinstance(op, Function):
+                raise InternalError(f"group {name}: nested function calls are not lowered")
+            if op.compute is None:
+                raise UnsupportedOpError(f"op {op.name} has no te compute, so it cannot be compiled "
+                                         f"(node {node.summary()})")
+            inputs = [tensors[id(arg)] for arg in node.args]
+            result = op.compute(inputs, node.attrs, node.checked_type)
+            tensors[id(node)] = result
+            ops.append(op.name)
+        elif isinstance(node, Tuple):
+            tensors[id(node)] = [tensors[id(f)] for f in node.fields]
+        elif isinstance(node, TupleGetItem):
+            tensors[id(node)] = tensors[id(node.tuple_value)][node.index]
+    result = tensors[id(function.body)]
+    outputs = list(result) if isinstance(result, (list, tuple)) else [result]
+    for index, out in enumerate(outputs):
+        if any(out is p for p in placeholders):
+            # An output that is an input unchanged still needs a kernel that writes it.
+            outputs[index] = te.compute(out.shape, lambda *i, src=out: src[i], name=f"copy{index}", tag="injective")
+    schedule = strategy.schedule_for(outputs, target)
+    func = lower(schedule, placeholders + outputs, name=name)
+    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops))
+
+
+def _constant_tensor(node: Constant, te):
+    """A small constant inside a group becomes an immediate (scalars) or a read-only tensor."""
+    value = node.value
+    if value.size != 1:
+        raise InternalError("non-scalar constants must be group parameters (fuse_ops lifts them)")
+    scalar = value.reshape(()).item()
+    dtype = node.checked_type.dtype
+    return te.compute(value.shape, lambda *i: te.const(scalar, dtype), name="const", tag="elemwise")

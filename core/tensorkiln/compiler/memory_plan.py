@@ -1,0 +1,91 @@
+"""Static memory planning: map intermediate values to reusable storages in one arena per target.
+
+Liveness-based and size/dtype-aware (sizes in bytes): a storage is free again
+after the last step that reads its value; a new value takes the smallest free
+storage that fits (growing the best candidate if none fits). An elementwise
+group may write its output over an input that dies at that step (in place).
+Model outputs stay live to the end. Inputs and constants keep their own buffers.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..graph.registry import OpPattern, get_op
+from .plan import ExecutionPlan, StorageInfo
+
+__all__ = ["plan_memory", "ALIGNMENT"]
+
+ALIGNMENT = 64
+
+
+def _align(n: int) -> int:
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
+
+
+def _is_elementwise(ops: tuple[str, ...]) -> bool:
+    return bool(ops) and all(get_op(name).pattern <= OpPattern.BROADCAST for name in ops)
+
+
+def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
+    """Assign every intermediate/output value a storage; returns the plan with offsets."""
+    last_use: dict[int, int] = {}
+    for index, step in enumerate(plan.steps):
+        for value_id in step.inputs:
+            last_use[value_id] = index
+    end = len(plan.steps)
+    for value_id in plan.outputs:
+        last_use[value_id] = end
+    values = list(plan.values)
+    sizes: list[int] = []          # storage id -> bytes
+    storage_target: list[str] = []
+    free: dict[str, list[int]] = {}
+    holders: dict[int, int] = {}   # storage id -> value currently in it
+
+    def allocate(value_id: int, target: str, preferred: list[int]) -> int:
+        need = values[value_id].nbytes
+        pool = free.setdefault(target, [])
+        for storage in preferred:  # in place: an input of this elementwise step that dies here
+            if storage in pool and sizes[storage] >= need:
+                pool.remove(storage)
+                return storage
+        if reuse and pool:
+            fitting = [s for s in pool if sizes[s] >= need]
+            storage = min(fitting, key=lambda s: sizes[s]) if fitting else max(pool, key=lambda s: sizes[s])
+            pool.remove(storage)
+            sizes[storage] = max(sizes[storage], need)
+            return storage
+        sizes.append(need)
+        storage_target.append(target)
+        return len(sizes) - 1
+
+    for index, step in enumerate(plan.steps):
+        dying = [v for v in set(step.inputs) if last_use.get(v) == index and values[v].storage >= 0]
+        in_place: list[int] = []
+        if reuse and _is_elementwise(step.ops):
+            out_shapes = {values[o].shape for o in step.outputs}
+            for value_id in dying:
+                if values[value_id].shape in out_shapes:
+                    storage = values[value_id].storage
+                    free.setdefault(storage_target[storage], []).append(storage)
+                    in_place.append(storage)
+        for value_id in step.outputs:
+            storage = allocate(value_id, step.target, in_place)
+            values[value_id] = replace(values[value_id], storage=storage)
+            holders[storage] = value_id
+        for value_id in dying:
+            storage = values[value_id].storage
+            pool = free.setdefault(storage_target[storage], [])
+            if storage not in pool and holders.get(storage) == value_id:
+                pool.append(storage)
+        for value_id in step.outputs:  # an output nobody reads (e.g. an unused split field)
+            if value_id not in last_use:
+                free.setdefault(step.target, []).append(values[value_id].storage)
+
+    offsets: dict[str, int] = {}
+    storages = []
+    for storage, size in enumerate(sizes):
+        target = storage_target[storage]
+        offset = offsets.get(target, 0)
+        storages.append(StorageInfo(storage, size, offset, target))
+        offsets[target] = offset + _align(size)
+    return plan.with_storages(tuple(values), tuple(storages))

@@ -1,0 +1,129 @@
+"""Placement: which target runs each op, and why an op fell back.
+
+An op runs on the requested target when its manifest claims it, every
+`tensorkiln_supported_ops` predicate of that target accepts it, and the
+target's dtypes cover its operands. Otherwise it falls back to an available
+CPU target (device_kind "cpu") unless strict mode refuses, listing every
+unsupported op. Fusion then only groups ops placed on the same target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..graph import Call, Function, Module, post_order
+from ..graph.registry import Op
+from ..graph.types import TensorType, TupleType
+from ..ir.errors import UnsupportedOpError
+from ..sdk.plugin_manager import registry
+from ..sdk.target import Target
+
+__all__ = ["Placement", "place_ops", "unsupported_reason"]
+
+
+def _dtypes(call: Call) -> set[str]:
+    found = set()
+    for t in [a.checked_type for a in call.args] + [call.checked_type]:
+        fields = t.fields if isinstance(t, TupleType) else (t,)
+        found.update(f.dtype for f in fields if isinstance(f, TensorType))
+    return found
+
+
+def unsupported_reason(call: Call, target: Target, predicates: dict) -> str:
+    """"" when `target` runs `call`; otherwise a reason code such as "not_in_manifest"."""
+    op = call.op
+    if not target.manifest.ops.claims(op.name):
+        return "not_in_manifest"
+    missing = sorted(_dtypes(call) - set(target.capabilities.dtypes))
+    if missing:
+        return f"dtype_unsupported:{','.join(missing)}"
+    predicate = predicates.get(op.name)
+    if predicate is not None:
+        verdict = predicate(call)
+        if verdict is not True:
+            return f"predicate:{verdict or 'rejected'}"
+    return ""
+
+
+@dataclass
+class Placement:
+    """Target per op call (by node identity) and the fallback reason codes."""
+
+    target: Target
+    targets: dict[str, Target] = field(default_factory=dict)
+    by_call: dict[int, str] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+    reasons_by_call: dict[int, str] = field(default_factory=dict)
+    group_targets: dict[int, str] = field(default_factory=dict)
+
+    def target_of(self, call: Call) -> Target:
+        return self.targets[self.group_targets.get(id(call), str(self.target))]
+
+    def for_groups(self, mod: Module) -> "Placement":
+        """Map each group call of the fused module to its target (from the group's ops)."""
+        for node in post_order(mod.main.body):
+            if isinstance(node, Call) and isinstance(node.op, Function):
+                text = node.op.attr("target") or str(self.target)
+                self.group_targets[id(node)] = text
+                reasons = [self.reasons[id(c)] for c in post_order(node.op.body) if id(c) in self.reasons]
+                if reasons:
+                    self.reasons_by_call[id(node)] = reasons[0]
+        return self
+
+
+def _fallback_targets(primary: Target) -> list[Target]:
+    reg = registry()
+    found = []
+    for name in reg.names():
+        spec = reg.targets[name]
+        if name != primary.name and spec.is_available and spec.manifest.plugin.device_kind == "cpu":
+            found.append(reg.target(name))
+    return found
+
+
+def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
+    placement = Placement(target, {str(target): target})
+    predicates_cache: dict[str, dict] = {}
+
+    def predicates(t: Target) -> dict:
+        if str(t) not in predicates_cache:
+            merged: dict = {}
+            for result in registry().call("tensorkiln_supported_ops", t):
+                merged.update(result)
+            predicates_cache[str(t)] = merged
+        return predicates_cache[str(t)]
+
+    unsupported = []
+    fallbacks = None
+    for node in post_order(mod.main.body):
+        if not (isinstance(node, Call) and isinstance(node.op, Op)):
+            continue
+        if node.op.compute is None:
+            _ensure_computes()
+        if node.op.compute is None:
+            unsupported.append((node, "no_compute"))
+            continue
+        reason = unsupported_reason(node, target, predicates(target))
+        if not reason:
+            placement.by_call[id(node)] = str(target)
+            continue
+        if strict:
+            unsupported.append((node, reason))
+            continue
+        fallbacks = _fallback_targets(target) if fallbacks is None else fallbacks
+        chosen = next((t for t in fallbacks if not unsupported_reason(node, t, predicates(t))), None)
+        if chosen is None:
+            unsupported.append((node, reason))
+            continue
+        placement.targets[str(chosen)] = chosen
+        placement.by_call[id(node)] = str(chosen)
+        placement.reasons[id(node)] = reason
+    if unsupported:
+        lines = [f"  {node.op.name} ({reason}) at {node.summary()}" for node, reason in unsupported]
+        mode = "strict mode refuses to fall back" if strict else "no fallback target can run them"
+        raise UnsupportedOpError(f"target {target} cannot run {len(unsupported)} op(s) and {mode}:\n" + "\n".join(lines))
+    return placement
+
+
+def _ensure_computes() -> None:
+    import importlib
+    importlib.import_module("tensorkiln.ops")

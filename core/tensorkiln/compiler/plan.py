@@ -1,0 +1,142 @@
+"""The execution plan of a compiled model: values, kernel steps, storages.
+
+Plain data (JSON round-trip, no pickle), so a model package holds it as text.
+Built from the fused main function: every group call becomes a `KernelStep`,
+every tensor a `ValueInfo`; memory planning then maps values to storages.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ..graph import Call, Constant, Function, Tuple, TupleGetItem, Var, post_order
+from ..graph.types import TensorType, TupleType
+from ..ir.dtypes import dtype_of
+from ..ir.errors import InternalError
+
+__all__ = ["ValueInfo", "KernelStep", "StorageInfo", "ExecutionPlan", "build_plan"]
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """One tensor the executor handles. kind: input, constant, intermediate or output."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str
+    name: str
+    storage: int = -1
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtype_of(self.dtype).bytes
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """Run kernel `kernel` of target `target` on input values, writing output values."""
+
+    kernel: str
+    target: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    ops: tuple[str, ...]
+    fallback_reason: str = ""
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """A planned buffer: `offset` into the arena of `target`'s memory."""
+
+    id: int
+    nbytes: int
+    offset: int
+    target: str
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    values: tuple[ValueInfo, ...]
+    steps: tuple[KernelStep, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    storages: tuple[StorageInfo, ...] = ()
+    concurrent_levels: tuple[tuple[int, ...], ...] = field(default=())
+
+    def value(self, value_id: int) -> ValueInfo:
+        return self.values[value_id]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ExecutionPlan":
+        return cls(
+            values=tuple(ValueInfo(**{**v, "shape": tuple(v["shape"])}) for v in data["values"]),
+            steps=tuple(KernelStep(**{**s, "inputs": tuple(s["inputs"]), "outputs": tuple(s["outputs"]),
+                                      "ops": tuple(s["ops"])}) for s in data["steps"]),
+            inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
+            storages=tuple(StorageInfo(**s) for s in data["storages"]),
+            concurrent_levels=tuple(tuple(level) for level in data.get("concurrent_levels", ())),
+        )
+
+    def with_storages(self, values: tuple[ValueInfo, ...], storages: tuple[StorageInfo, ...]) -> "ExecutionPlan":
+        return replace(self, values=values, storages=storages)
+
+
+def build_plan(main: Function, kernel_names: dict[int, str], kernel_targets: dict[int, str],
+               fallback_reasons: dict[int, str] | None = None) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
+    """Walk the fused main function in order; returns the plan and constant values by value id.
+
+    `kernel_names` / `kernel_targets` map id(group call) to its kernel name and target string.
+    """
+    fallback_reasons = fallback_reasons or {}
+    values: list[ValueInfo] = []
+    constants: dict[int, np.ndarray] = {}
+    ids: dict[int, list[int]] = {}
+    steps: list[KernelStep] = []
+
+    def new_value(ttype: TensorType, kind: str, name: str) -> int:
+        values.append(ValueInfo(len(values), tuple(ttype.shape), ttype.dtype, kind, name))
+        return len(values) - 1
+
+    inputs = []
+    for param in main.params:
+        if not isinstance(param.checked_type, TensorType):
+            raise InternalError(f"model input {param.name} must be a tensor, got {param.checked_type}")
+        value_id = new_value(param.checked_type, "input", param.name)
+        ids[id(param)] = [value_id]
+        inputs.append(value_id)
+    for node in post_order(main.body):
+        if id(node) in ids:
+            continue
+        if isinstance(node, Constant):
+            value_id = new_value(node.checked_type, "constant", f"const{len(constants)}")
+            constants[value_id] = node.value
+            ids[id(node)] = [value_id]
+        elif isinstance(node, Call) and isinstance(node.op, Function):
+            ret = node.checked_type
+            field_types = ret.fields if isinstance(ret, TupleType) else (ret,)
+            name = kernel_names[id(node)]
+            outs = [new_value(t, "intermediate", name) for t in field_types]
+            args = [ids[id(arg)][0] for arg in node.args]
+            steps.append(KernelStep(name, kernel_targets[id(node)], tuple(args), tuple(outs),
+                                    tuple(c.op.name for c in post_order(node.op.body)
+                                          if isinstance(c, Call) and not isinstance(c.op, Function)),
+                                    fallback_reasons.get(id(node), "")))
+            ids[id(node)] = outs
+        elif isinstance(node, Tuple):
+            ids[id(node)] = [ids[id(f)][0] for f in node.fields]
+        elif isinstance(node, TupleGetItem):
+            ids[id(node)] = [ids[id(node.tuple_value)][node.index]]
+        elif isinstance(node, Var):
+            raise InternalError(f"free variable {node.name} in main")
+        elif isinstance(node, Call):
+            raise InternalError(f"call of {node.op} was not grouped into a kernel")
+    outputs = tuple(ids[id(main.body)])
+    for value_id in outputs:
+        if values[value_id].kind == "intermediate":
+            values[value_id] = replace(values[value_id], kind="output")
+    return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs), constants

@@ -1,0 +1,95 @@
+"""An `onnx.backend.base.Backend` for tensorkiln, so onnx's backend test machinery runs on any target.
+
+The module itself is the backend for cpu_llvm (`onnx.backend.test.BackendTest(tensorkiln.onnx_backend)`);
+`backend_for("opencl")` returns one for another target, and `tensorkiln.onnx_backend.opencl`
+(one attribute per installed target) selects it by name for harnesses taking `module:attr`.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+from onnx.backend.base import Backend, BackendRep
+
+__all__ = ["TensorkilnBackend", "TensorkilnBackendRep", "backend_for", "prepare", "run_model", "run_node",
+           "supports_device"]
+
+
+class TensorkilnBackendRep(BackendRep):
+    """A compiled ONNX model; `run(inputs)` takes arrays in graph-input order."""
+
+    def __init__(self, compiled) -> None:
+        self.compiled = compiled
+
+    def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        if isinstance(inputs, dict):
+            outputs = self.compiled.run(inputs)
+        else:
+            arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
+            names = self.compiled.input_names
+            outputs = self.compiled.run(dict(zip(names, arrays)))
+        return tuple(outputs)
+
+
+class TensorkilnBackend(Backend):
+    """Compiles ONNX models with tensorkiln for `target` (cpu_llvm unless a subclass says otherwise)."""
+
+    target = "cpu_llvm"
+
+    @classmethod
+    def is_compatible(cls, model, device: str = "CPU", **kwargs: Any) -> bool:
+        return cls.supports_device(device)
+
+    @classmethod
+    def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> TensorkilnBackendRep:
+        import tensorkiln as tk
+
+        super().prepare(model, device, **kwargs)
+        mod = tk.frontend.from_onnx(model, shape=kwargs.get("shape"))
+        compiled = tk.compile(mod, target=kwargs.get("target", cls.target), opt_level=kwargs.get("opt_level"))
+        return TensorkilnBackendRep(compiled)
+
+    @classmethod
+    def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def run_node(cls, node, inputs: Sequence[Any], device: str = "CPU", outputs_info=None, **kwargs: Any):
+        import onnx
+        from onnx import helper
+
+        arrays = [np.asarray(a) for a in inputs]
+        graph_inputs = [helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+                        for name, a in zip(node.input, arrays) if name]
+        graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
+        graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", kwargs.get("opset", onnx.defs.onnx_opset_version()))])
+        return cls.run_model(model, [a for name, a in zip(node.input, arrays) if name], device, **kwargs)
+
+    @classmethod
+    def supports_device(cls, device: str) -> bool:
+        return str(device).upper() in ("CPU", "")
+
+
+def backend_for(target: str) -> type[TensorkilnBackend]:
+    """A Backend class compiling for `target` (name, alias or full target string)."""
+    import tensorkiln as tk
+
+    resolved = str(tk.target(target))
+    return type(f"TensorkilnBackend_{tk.target(target).name}", (TensorkilnBackend,), {"target": resolved})
+
+
+prepare = TensorkilnBackend.prepare
+run_model = TensorkilnBackend.run_model
+run_node = TensorkilnBackend.run_node
+supports_device = TensorkilnBackend.supports_device
+is_compatible = TensorkilnBackend.is_compatible
+
+
+def __getattr__(name: str):
+    import tensorkiln as tk
+
+    if name in tk.targets():
+        return backend_for(name)
+    raise AttributeError(f"module 'tensorkiln.onnx_backend' has no attribute {name!r}; "
+                         f"installed targets: {', '.join(tk.targets())}")

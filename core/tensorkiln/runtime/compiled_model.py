@@ -1,0 +1,111 @@
+"""CompiledModel: what `tk.compile` returns — kernels, plan, weights — ready to run or export.
+
+    lib = tk.compile(mod, target="cpu_llvm")
+    out = lib(x)                      # or lib.run({"input": x}) -> list of arrays
+    lib.set_input("input", x); lib.run(); lib.get_output(0)
+    lib.summary()                     # what the compiler did
+    lib.export("model.tkpkg"); tk.runtime.load("model.tkpkg")
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ..compiler.plan import ExecutionPlan
+from ..sdk.codegen import Artifact
+from ..sdk.target import Target
+from .executor import GraphExecutor
+
+__all__ = ["CompiledModel"]
+
+
+class CompiledModel:
+    def __init__(self, *, plan: ExecutionPlan, constants: dict[int, np.ndarray], artifacts: dict[str, Artifact],
+                 target_objects: dict[str, Target], target: str, ops_before_fusion: int = 0,
+                 pass_times: dict[str, float] | None = None, compile_seconds: float = 0.0, graph=None) -> None:
+        self.plan = plan
+        self.constants = constants
+        self.artifacts = artifacts
+        self.target_objects = target_objects
+        self.target = target
+        self.ops_before_fusion = ops_before_fusion
+        self.pass_times = dict(pass_times or {})
+        self.compile_seconds = compile_seconds
+        self.graph = graph
+        self._loaded: dict[str, Any] = {}
+        self._executor: GraphExecutor | None = None
+
+    # -- loading --------------------------------------------------------------------------
+
+    def loaded_module(self, target: str):
+        if target not in self._loaded:
+            resolved = self.target_objects[target]
+            self._loaded[target] = resolved.spec.loader.load(self.artifacts[target], resolved)
+        return self._loaded[target]
+
+    @property
+    def executor(self) -> GraphExecutor:
+        if self._executor is None:
+            self._executor = GraphExecutor(self)
+        return self._executor
+
+    # -- running --------------------------------------------------------------------------
+
+    @property
+    def input_names(self) -> list[str]:
+        return [self.plan.values[v].name for v in self.plan.inputs]
+
+    def input_info(self) -> list[dict]:
+        return [{"name": v.name, "shape": v.shape, "dtype": v.dtype} for v in (self.plan.values[i] for i in self.plan.inputs)]
+
+    def output_info(self) -> list[dict]:
+        return [{"shape": v.shape, "dtype": v.dtype} for v in (self.plan.values[i] for i in self.plan.outputs)]
+
+    def set_input(self, key: int | str, array: Any) -> None:
+        self.executor.set_input(key, array)
+
+    def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> list[np.ndarray] | None:
+        """Run once. With inputs (a dict or keywords) returns the outputs as numpy arrays."""
+        if inputs is None and not named:
+            self.executor.run()
+            return None
+        return self.executor.run_with({**(inputs or {}), **named})
+
+    def get_output(self, index: int) -> np.ndarray:
+        return self.executor.get_output(index)
+
+    def get_num_outputs(self) -> int:
+        return len(self.plan.outputs)
+
+    def __call__(self, *arrays: Any, **named: Any):
+        """lib(x) -> the output (or a list of outputs for multi-output models)."""
+        outputs = self.executor.run_with(list(arrays)) if arrays else self.executor.run_with(named)
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def placement(self) -> list[dict]:
+        """Where each kernel runs, and why it fell back when it did."""
+        return [{"kernel": step.kernel, "ops": list(step.ops), "target": step.target,
+                 "fallback_reason": step.fallback_reason} for step in self.plan.steps]
+
+    def summary(self) -> dict:
+        intermediate = [v for v in self.plan.values if v.kind in ("intermediate", "output")]
+        return {
+            "target": self.target,
+            "kernels": len({(s.target, s.kernel) for s in self.plan.steps}),
+            "kernel_launches": len(self.plan.steps),
+            "ops": self.ops_before_fusion,
+            "peak_activation_bytes": sum(s.nbytes for s in self.plan.storages),
+            "unplanned_activation_bytes": sum(v.nbytes for v in intermediate),
+            "weight_bytes": int(sum(np.asarray(c).nbytes for c in self.constants.values())),
+            "pass_times": dict(self.pass_times),
+            "compile_seconds": self.compile_seconds,
+            "placement": self.placement(),
+        }
+
+    def export(self, path) -> None:
+        """Write one file holding kernels, plan and weights (see runtime.package)."""
+        from .package import save_package
+        save_package(self, path)
