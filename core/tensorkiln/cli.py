@@ -167,6 +167,29 @@ def _cmd_run(args) -> int:
     return 0
 
 
+def _cmd_viz(args) -> int:
+    from .frontend import from_onnx
+    from .sdk.plugin_manager import registry
+    from .viz import draw, module_after
+
+    mod = from_onnx(args.model, shape=_parse_shapes(args.shape))
+    target = registry().target(args.target)
+    mod = module_after(mod, args.after, target=target, opt_level=args.opt_level)
+    picture = draw(mod, title=f"{Path(args.model).name} after {args.after}", show_constants=args.show_constants)
+    output = Path(args.output or Path(args.model).with_suffix(".svg"))
+    if output.suffix == ".dot":
+        output.write_text(picture.source)
+    else:
+        import graphviz
+        try:
+            picture.render(outfile=str(output), format=output.suffix.lstrip(".") or "svg", cleanup=True)
+        except graphviz.ExecutableNotFound:
+            raise SystemExit("error: the graphviz 'dot' program is not installed (apt install graphviz); "
+                             "write a .dot file instead with -o graph.dot")
+    print(f"wrote {output}")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorkiln", description="tensorkiln deep-learning compiler")
     parser.add_argument("--version", action="version", version=f"tensorkiln {__version__} (SDK API {SDK_API_VERSION})")
@@ -194,6 +217,17 @@ def _parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--repeat", type=int, default=10, help="timed runs after the first")
     run_cmd.add_argument("--save", metavar="PREFIX", help="write outputs to PREFIX<i>.npy")
     run_cmd.set_defaults(run=_cmd_run)
+
+    viz_cmd = commands.add_parser("viz", help="draw an ONNX model's graph after a compile stage (graphviz)")
+    viz_cmd.add_argument("model", help="path to an .onnx file")
+    viz_cmd.add_argument("--after", default="fuse",
+                         help="'import', a pass name (the pipeline up to it) or 'fuse' (fused groups as clusters)")
+    viz_cmd.add_argument("-o", "--output", help="picture path; the suffix picks the format (.svg, .png, .pdf, .dot)")
+    viz_cmd.add_argument("--target", default="cpu_llvm", help="target whose layout preferences the passes honour")
+    viz_cmd.add_argument("--opt-level", type=int, default=3)
+    viz_cmd.add_argument("--shape", action="append", help="bind an input shape: NAME=1,3,224,224")
+    viz_cmd.add_argument("--show-constants", action="store_true", help="draw weights and other constants too")
+    viz_cmd.set_defaults(run=_cmd_viz)
     return parser
 
 

@@ -16,7 +16,7 @@ from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrum
 from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
 from .lower_groups import GroupKernel, group_name, lower_group
-from .memory_plan import plan_memory
+from .schedule_plan import schedule_plan
 from .placement import Placement, place_ops
 from .plan import build_plan
 
@@ -71,12 +71,14 @@ def _lower_all(calls: list[Call], placement: Placement) -> tuple[dict[str, list[
 
 
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
-            context: PassContext | None = None, shape: dict | None = None):
+            context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None):
     """Compile a model for `target`; returns a CompiledModel ready to run.
 
     opt_level 0 runs each op as its own kernel without memory reuse; higher
     levels run the graph passes (`tensorkiln.passes.GRAPH_PIPELINE`). Ops the
     target does not support fall back to a CPU target unless `strict`.
+    `concurrent` lets independent kernels run at the same time (default: at opt
+    level >= 1 when every target used declares `concurrent_kernels`).
     """
     from ..runtime.compiled_model import CompiledModel
 
@@ -106,7 +108,11 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
         target_objects[target_text] = resolved
     plan, constants = build_plan(mod.main, names, targets, placement.reasons_by_call)
-    plan = plan_memory(plan, reuse=context.opt_level >= 1)
+    # Memory-aware step order, concurrent levels (where every target allows it) and storages.
+    if concurrent is None:
+        concurrent = context.opt_level >= 1 and all(
+            t.capabilities.concurrent_kernels for t in target_objects.values())
+    plan = schedule_plan(plan, reuse=context.opt_level >= 1, concurrent=concurrent)
     return CompiledModel(
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
@@ -114,4 +120,6 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:
+    """The whole GRAPH_PIPELINE at every opt level: each pass's own opt level gates it, so the
+    manager records why a pass did not run (opt level 0 skips them all, alter_layout needs 3)."""
     return GRAPH_PIPELINE

@@ -2,20 +2,46 @@
 
 Pipelines are data: `GRAPH_PIPELINE` lists the passes `tk.compile` runs, in order.
 """
-from . import fuse_ops as _fuse_ops  # noqa: F401  (registers the pass)
-from .fuse_ops import fuse_ops, group_each_op
 from .manager import (
     Pass, PassContext, PassInstrument, PassManager, PassTimingInstrument, PrintIRInstrument, Sequential,
     SkippedPass, VerifyInstrument, current_pass_context, get_pass, register_pass, registered_passes,
 )
+from .alter_layout import alter_layout
+from .cancel_layout_transforms import cancel_layout_transforms
+from .eliminate_common_subexpr import eliminate_common_subexpr
+from .eliminate_dead_code import eliminate_dead_code
+from .fold_constants import fold_constants
+from .fold_scale_axis import fold_scale_axis
+from .fuse_ops import fuse_ops, group_each_op
+from .simplify_inference import simplify_inference
 
-# Ordering: simplification and folding first so fusion sees the final graph; fusion last
-# because every later stage works on fused groups.
+# Ordering (each pass keeps the graph well typed; opt levels gate them, see each file):
+# - simplify_inference first: batch_norm becomes multiply/add on constants and, through
+#   fold_scale_axis, folds into the preceding conv2d/dense weights; identities vanish.
+# - fold_constants next, so every constant subgraph (shape arithmetic included) is a
+#   value before the structural passes compare nodes.
+# - fold_scale_axis again: scales that only became constants through folding now fold.
+# - eliminate_dead_code after folding (folded split/tuple fields leave TupleGetItem chains),
+#   then eliminate_common_subexpr: constants are canonical values by then, so equal
+#   subgraphs built from equal weights merge.
+# - alter_layout (opt level 3, target-aware) near the end: it sees the final op mix and
+#   inserts transforms only at region boundaries; cancel_layout_transforms then merges
+#   chains, and fold_constants folds transforms of constant weights.
 # fuse_ops is not listed: the compiler runs it after placement (a group never mixes targets).
-GRAPH_PIPELINE: tuple[str, ...] = ()
+GRAPH_PIPELINE: tuple[str, ...] = (
+    "simplify_inference",
+    "fold_constants",
+    "fold_scale_axis",
+    "eliminate_dead_code",
+    "eliminate_common_subexpr",
+    "alter_layout",
+    "cancel_layout_transforms",
+    "fold_constants",
+)
 
 __all__ = [
     "Pass", "PassContext", "PassInstrument", "PassManager", "PassTimingInstrument", "PrintIRInstrument",
     "Sequential", "SkippedPass", "VerifyInstrument", "current_pass_context", "get_pass", "register_pass",
-    "registered_passes", "fuse_ops", "group_each_op", "GRAPH_PIPELINE",
+    "registered_passes", "fuse_ops", "group_each_op", "GRAPH_PIPELINE", "alter_layout", "cancel_layout_transforms",
+    "eliminate_common_subexpr", "eliminate_dead_code", "fold_constants", "fold_scale_axis", "simplify_inference",
 ]

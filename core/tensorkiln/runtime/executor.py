@@ -8,6 +8,7 @@ and constants are copied once, at set_input / bind time).
 """
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Mapping, Sequence
 
@@ -118,17 +119,37 @@ class GraphExecutor:
         self._inputs_set[index] = True
 
     def run(self, **inputs: Any) -> None:
+        """Run every step. Levels of the plan's `concurrent_levels` run on a thread pool
+        (the memory plan keeps their storages apart) unless `self.concurrent` is False."""
         for name, array in inputs.items():
             self.set_input(name, array)
         missing = [self.plan.values[v].name for i, v in enumerate(self.plan.inputs) if not self._inputs_set[i]]
         if missing:
             raise RuntimeLaunchError(f"inputs {missing} were not set; call set_input(name, array) first")
-        times = []
-        for step, function, args in zip(self.plan.steps, self._functions, self._step_args):
-            self._refresh_mirrors(step)
+        times = [0.0] * len(self.plan.steps)
+
+        def launch(index: int) -> None:
             start = time.perf_counter()
-            function(*args)
-            times.append(time.perf_counter() - start)
+            self._functions[index](*self._step_args[index])
+            times[index] = time.perf_counter() - start
+
+        levels = self.plan.concurrent_levels if getattr(self, "concurrent", True) else ()
+        if not levels:
+            levels = tuple((index,) for index in range(len(self.plan.steps)))
+        for level in levels:
+            for index in level:  # mirrors are filled here, in this thread, before any step of the level starts
+                self._refresh_mirrors(self.plan.steps[index])
+            if len(level) == 1:
+                launch(level[0])
+                continue
+            if getattr(self, "_pool", None) is None:
+                from concurrent.futures import ThreadPoolExecutor
+                width = max(len(lv) for lv in self.plan.concurrent_levels)
+                self._pool = ThreadPoolExecutor(max_workers=min(width, os.cpu_count() or 1),
+                                                thread_name_prefix="tensorkiln-step")
+            futures = [self._pool.submit(launch, index) for index in level]
+            for future in futures:
+                future.result()  # re-raises the first kernel error after the level finished
         self.last_step_times = times
 
     def get_num_outputs(self) -> int:

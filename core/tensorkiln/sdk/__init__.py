@@ -5,6 +5,7 @@ APIs). See sdk_docs/ for the vendor guide.
 """
 from pathlib import Path
 
+from .c_source import CSourceEmitter, LaunchGeometry, launch_geometry, parse_thread_tag
 from .codegen import Artifact, Emitter, KernelFunction, KernelSignature, LoadedModule, ParamSpec, RuntimeLoader, signature_of
 from .hookspecs import hookimpl, hookspec
 from .manifest import (
@@ -18,6 +19,7 @@ __all__ = [
     "OptionDecl", "OpSupport", "LayoutPreference", "IntrinsicDecl", "Artifact", "Emitter", "RuntimeLoader",
     "LoadedModule", "KernelFunction", "KernelSignature", "ParamSpec", "signature_of", "ENTRY_POINT_GROUP",
     "PluginRegistry", "registry", "reload_plugins", "load_manifest",
+    "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
 ]
 
 

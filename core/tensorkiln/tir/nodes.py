@@ -54,6 +54,11 @@ class PrimExpr:
     # == and hash stay identity-based: nodes live in dicts and sets everywhere.
     __hash__ = object.__hash__
 
+    def astype(self, dtype: str) -> "PrimExpr":
+        """`expr.astype("float16")`: a Cast, or self when the dtype already matches."""
+        dtype_of(dtype)
+        return self if self.dtype == dtype else Cast(dtype, self)
+
     def equal(self, other) -> "EQ":
         """Build `self == other` as IR (Python's == is identity on IR nodes)."""
         return EQ(self, as_expr(other, self.dtype))

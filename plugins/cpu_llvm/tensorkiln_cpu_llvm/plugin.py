@@ -7,3 +7,11 @@ from .target import CPU_LLVM
 @hookimpl
 def tensorkiln_targets():
     return [CPU_LLVM]
+
+
+@hookimpl
+def tensorkiln_intrinsics(target):
+    if target.name != CPU_LLVM.name:
+        return []
+    from .intrinsics import cpu_llvm_intrinsics
+    return cpu_llvm_intrinsics(target)

@@ -1,8 +1,9 @@
 """The cpu_llvm TargetSpec: the validated manifest plus this plugin's emitter and loader."""
 from tensorkiln.sdk import TargetSpec, load_manifest
 
+from .emitter import LLVMEmitter
+from .runtime import LLVMLoader
+
 MANIFEST = load_manifest(__file__)
 
-# No emitter or loader yet: the manifest says available = false with the reason,
-# and compiling for cpu_llvm raises a clear "not available yet" error.
-CPU_LLVM = TargetSpec(manifest=MANIFEST)
+CPU_LLVM = TargetSpec(manifest=MANIFEST, emitter=LLVMEmitter(), loader=LLVMLoader())

@@ -7,3 +7,11 @@ from .target import OPENCL
 @hookimpl
 def tensorkiln_targets():
     return [OPENCL]
+
+
+@hookimpl
+def tensorkiln_intrinsics(target):
+    if target.name != OPENCL.name:
+        return []
+    from .intrinsics import opencl_intrinsics
+    return opencl_intrinsics(target)

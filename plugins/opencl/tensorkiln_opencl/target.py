@@ -1,8 +1,9 @@
 """The opencl TargetSpec: the validated manifest plus this plugin's emitter and loader."""
 from tensorkiln.sdk import TargetSpec, load_manifest
 
+from .emitter import OpenCLEmitter
+from .runtime import OpenCLLoader
+
 MANIFEST = load_manifest(__file__)
 
-# No emitter or loader yet: the manifest says available = false with the reason,
-# and compiling for opencl raises a clear "not available yet" error.
-OPENCL = TargetSpec(manifest=MANIFEST)
+OPENCL = TargetSpec(manifest=MANIFEST, emitter=OpenCLEmitter(), loader=OpenCLLoader())

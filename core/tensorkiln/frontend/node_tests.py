@@ -1,0 +1,194 @@
+"""ONNX backend node tests, generated in-process, run through a pluggable executor.
+
+    python -m tensorkiln.frontend.node_tests            # reference interpreter, prints counts
+    python -m tensorkiln.frontend.node_tests -v         # also lists failures
+
+`run_node_tests(run_fn)` imports each test model with `from_onnx` and calls
+`run_fn(module, inputs) -> list of arrays`; another executor (a compiled target)
+plugs in the same way. Each case ends as "pass", "fail" (wrong numbers or a
+crash) or "unsupported" (the frontend or the target raised UnsupportedOpError,
+or a dtype tensorkiln does not have).
+"""
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from ..ir.errors import DTypeError, InternalError, TensorkilnError, UnsupportedOpError
+
+__all__ = ["NodeCase", "NodeResult", "node_cases", "run_node_tests", "reference_run", "summarize"]
+
+
+@dataclass
+class NodeCase:
+    name: str
+    model: Any
+    inputs: dict[str, np.ndarray]
+    expected_outputs: list[np.ndarray]
+    is_float32_only: bool
+    rtol: float
+    atol: float
+
+
+@dataclass
+class NodeResult:
+    name: str
+    status: str  # "pass", "fail" or "unsupported"
+    is_float32_only: bool
+    detail: str = ""
+
+
+def node_cases(op_type: str | None = None) -> Iterator[NodeCase]:
+    """Yield one NodeCase per (ONNX node test, data set) from onnx.backend.test.case.node."""
+    import onnx
+    from onnx import numpy_helper
+    from onnx.backend.test.case.node import collect_testcases
+    # collect_testcases keeps global state, so filter here rather than through its argument.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    for case in cases:
+        model = case.model
+        if op_type is not None and all(n.op_type != op_type for n in model.graph.node):
+            continue
+        init_names = {t.name for t in model.graph.initializer}
+        input_names = [i.name for i in model.graph.input if i.name not in init_names]
+        for index, (inputs, outputs) in enumerate(case.data_sets):
+            arrays_in = [_to_array(v, numpy_helper) for v in inputs]
+            arrays_out = [_to_array(v, numpy_helper) for v in outputs]
+            name = case.name if len(case.data_sets) == 1 else f"{case.name}[{index}]"
+            yield NodeCase(name, model, dict(zip(input_names, arrays_in)), arrays_out,
+                           _is_float32_only(arrays_in, arrays_out), case.rtol, case.atol)
+
+
+def _to_array(value: Any, numpy_helper) -> Any:
+    if isinstance(value, (np.ndarray, np.generic)):
+        return np.asarray(value)
+    if hasattr(value, "dims") and hasattr(value, "data_type"):
+        return numpy_helper.to_array(value)
+    return value  # sequences/optionals stay as they are; they end as unsupported
+
+
+def _is_float32_only(inputs, outputs) -> bool:
+    return all(isinstance(a, np.ndarray) and a.dtype == np.float32 for a in [*inputs, *outputs])
+
+
+def reference_run(module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The default executor: the graph's numpy reference interpreter."""
+    from ..graph.interpreter import evaluate
+    result = evaluate(module, inputs)
+    return result if isinstance(result, list) else [result]
+
+
+def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarray]] = reference_run,
+                   op_type: str | None = None, name_filter: Callable[[str], bool] | None = None) -> list[NodeResult]:
+    """Import, run and compare every node test case; return one NodeResult per case."""
+    from .onnx import from_onnx
+    results = []
+    for case in node_cases(op_type):
+        if name_filter is not None and not name_filter(case.name):
+            continue
+        results.append(_run_case(case, run_fn, from_onnx))
+    return results
+
+
+def _run_case(case: NodeCase, run_fn, from_onnx) -> NodeResult:
+    def result(status: str, detail: str = "") -> NodeResult:
+        return NodeResult(case.name, status, case.is_float32_only, detail)
+
+    if not all(isinstance(v, np.ndarray) for v in [*case.inputs.values(), *case.expected_outputs]):
+        return result("unsupported", "sequence or optional values")
+    try:
+        module, inputs = _import(case, from_onnx)
+        outputs = run_fn(module, inputs)
+    except (UnsupportedOpError, DTypeError) as error:
+        return result("unsupported", f"{type(error).__name__}: {_first_line(error)}")
+    except (TensorkilnError, InternalError) as error:
+        return result("fail", f"{type(error).__name__}: {_first_line(error)}")
+    except Exception as error:  # an executor crash is a failure of that case, not of the run
+        return result("fail", f"crash {type(error).__name__}: {_first_line(error)}")
+    if len(outputs) != len(case.expected_outputs):
+        return result("fail", f"{len(outputs)} outputs, expected {len(case.expected_outputs)}")
+    for index, (actual, expected) in enumerate(zip(outputs, case.expected_outputs)):
+        problem = _compare(np.asarray(actual), expected, case.rtol, case.atol)
+        if problem:
+            return result("fail", f"output {index}: {problem}")
+    return result("pass")
+
+
+def _import(case: NodeCase, from_onnx):
+    """Import the case's model; when a shape-like parameter (axes, pads, sizes, ...) arrives
+    as a graph input, retry with the integer inputs bound as constants."""
+    shapes = {k: v.shape for k, v in case.inputs.items()}
+    try:
+        return from_onnx(case.model, shape=shapes), case.inputs
+    except UnsupportedOpError as error:
+        if "known at import time" not in str(error):
+            raise
+    names = list(case.inputs)
+    attempts = ([k for k in names if case.inputs[k].dtype.kind in "iu"], names[1:])
+    for attempt, frozen_names in enumerate(attempts):
+        frozen = {k: case.inputs[k] for k in frozen_names}
+        rest = {k: v for k, v in case.inputs.items() if k not in frozen}
+        try:
+            module = from_onnx(case.model, shape={k: v.shape for k, v in rest.items()}, constants=frozen)
+        except UnsupportedOpError as error:
+            if attempt == len(attempts) - 1 or "known at import time" not in str(error):
+                raise
+            continue
+        return module, rest
+    raise AssertionError("unreachable")
+
+
+def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:
+    if actual.shape != expected.shape:
+        return f"shape {actual.shape}, expected {expected.shape}"
+    if actual.dtype != expected.dtype:
+        return f"dtype {actual.dtype}, expected {expected.dtype}"
+    if expected.dtype.kind in "fc":
+        try:
+            np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+        except AssertionError as error:
+            return _first_line(error, 3)
+        return ""
+    return "" if np.array_equal(actual, expected) else "values differ"
+
+
+def _first_line(error: BaseException, lines: int = 1) -> str:
+    text = " ".join(str(error).strip().splitlines()[:lines])
+    return text[:300]
+
+
+def summarize(results: list[NodeResult]) -> dict[str, dict[str, int]]:
+    """Counts per status, for all cases and for the float32-only ones."""
+    def count(items):
+        return {s: sum(r.status == s for r in items) for s in ("pass", "fail", "unsupported")}
+    return {"all": count(results), "float32_only": count([r for r in results if r.is_float32_only])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="list failing and unsupported cases")
+    parser.add_argument("-k", default=None, help="only cases whose name contains this text")
+    args = parser.parse_args(argv)
+    start = time.time()
+    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None)
+    if args.verbose:
+        for item in results:
+            if item.status != "pass":
+                print(f"{item.status:12s} {item.name}: {item.detail}")
+    for group, counts in summarize(results).items():
+        total = sum(counts.values())
+        print(f"{group:13s} pass {counts['pass']:4d}  fail {counts['fail']:4d}  "
+              f"unsupported {counts['unsupported']:4d}  (of {total})")
+    print(f"took {time.time() - start:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

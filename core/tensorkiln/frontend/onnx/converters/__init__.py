@@ -1,0 +1,9 @@
+"""Converters from ONNX op types to graph IR, one module per op family.
+
+Each converter is `fn(node: OnnxNode) -> Expr | tuple[Expr, ...]` registered with
+`@converter("OpType", ...)`.
+"""
+from ._registry import CONVERTERS, converter
+from . import elementwise, nn, reduce, tensor  # noqa: F401,E402
+
+__all__ = ["CONVERTERS", "converter"]

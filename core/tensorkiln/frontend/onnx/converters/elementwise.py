@@ -1,0 +1,171 @@
+"""Converters for elementwise ONNX ops: activations, math, arithmetic, comparison, logic, Cast."""
+from __future__ import annotations
+
+import numpy as np
+
+from ....graph.expr import Constant, Expr
+from ....ir.dtypes import from_numpy, to_numpy
+from ..node import OnnxNode
+from ._registry import converter
+from ._util import onnx_dtype, scalar
+
+_UNARY = {
+    "Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp",
+    "Log": "log", "Abs": "abs", "Neg": "negative", "Reciprocal": "reciprocal", "Floor": "floor", "Ceil": "ceil",
+    "Round": "round", "Sign": "sign", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos",
+    "Atan": "atan", "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh",
+    "Softplus": "nn.softplus", "Softsign": "nn.softsign", "Not": "logical_not", "IsNaN": "isnan",
+    "BitwiseNot": "bitwise_not", "HardSwish": "nn.hard_swish", "Mish": "nn.mish",
+}
+
+
+@converter(*_UNARY)
+def _unary(node: OnnxNode) -> Expr:
+    return node.call(_UNARY[node.op_type], node.required(0))
+
+
+@converter("Identity")
+def _identity(node: OnnxNode) -> Expr:
+    return node.required(0)
+
+
+@converter("Dropout")
+def _dropout(node: OnnxNode):
+    data = node.required(0)
+    training = node.input(2)
+    if training is not None and (not isinstance(training, Constant) or bool(training.value)):
+        raise node.unsupported("training_mode must be a constant False; export the model in inference mode")
+    mask = Constant(np.ones(data.shape, dtype=bool))
+    return (data, mask)
+
+
+@converter("LeakyRelu")
+def _leaky_relu(node: OnnxNode) -> Expr:
+    return node.call("nn.leaky_relu", node.required(0), alpha=node.attr("alpha", 0.01))
+
+
+@converter("Elu")
+def _elu(node: OnnxNode) -> Expr:
+    return node.call("nn.elu", node.required(0), alpha=node.attr("alpha", 1.0))
+
+
+@converter("Celu")
+def _celu(node: OnnxNode) -> Expr:
+    return node.call("nn.celu", node.required(0), alpha=node.attr("alpha", 1.0))
+
+
+@converter("ThresholdedRelu")
+def _thresholded_relu(node: OnnxNode) -> Expr:
+    return node.call("nn.thresholded_relu", node.required(0), alpha=node.attr("alpha", 1.0))
+
+
+@converter("Selu")
+def _selu(node: OnnxNode) -> Expr:
+    return node.call("nn.selu", node.required(0), alpha=node.attr("alpha", 1.67326319217681884765625),
+                     gamma=node.attr("gamma", 1.05070102214813232421875))
+
+
+@converter("HardSigmoid")
+def _hard_sigmoid(node: OnnxNode) -> Expr:
+    return node.call("nn.hard_sigmoid", node.required(0), alpha=node.attr("alpha", 0.2), beta=node.attr("beta", 0.5))
+
+
+@converter("Gelu")
+def _gelu(node: OnnxNode) -> Expr:
+    return node.call("nn.gelu", node.required(0), approximate=node.attr("approximate", "none"))
+
+
+@converter("IsInf")
+def _isinf(node: OnnxNode) -> Expr:
+    return node.call("isinf", node.required(0), detect_positive=bool(node.attr("detect_positive", 1)),
+                     detect_negative=bool(node.attr("detect_negative", 1)))
+
+
+@converter("Shrink")
+def _shrink(node: OnnxNode) -> Expr:
+    data = node.required(0)
+    lambd, bias = node.attr("lambd", 0.5), node.attr("bias", 0.0)
+    low = node.call("add", data, scalar(bias, data.dtype))
+    high = node.call("subtract", data, scalar(bias, data.dtype))
+    zero = scalar(0, data.dtype)
+    inner = node.call("where", node.call("greater", data, scalar(lambd, data.dtype)), high, zero)
+    return node.call("where", node.call("less", data, scalar(-lambd, data.dtype)), low, inner)
+
+
+@converter("Clip")
+def _clip(node: OnnxNode) -> Expr:
+    data = node.required(0)
+    if node.opset < 11:
+        return node.call("clip", data, a_min=node.attr("min", -3.4028234663852886e38),
+                         a_max=node.attr("max", 3.4028234663852886e38))
+    low, high = node.input(1), node.input(2)
+    if all(v is None or isinstance(v, Constant) for v in (low, high)):
+        a_min = None if low is None else float(node.const(1))
+        a_max = None if high is None else float(node.const(2))
+        if data.dtype.startswith(("int", "uint")):
+            a_min = None if a_min is None else int(node.const(1))
+            a_max = None if a_max is None else int(node.const(2))
+            out = data
+            if a_min is not None:
+                out = node.call("maximum", out, scalar(a_min, data.dtype))
+            if a_max is not None:
+                out = node.call("minimum", out, scalar(a_max, data.dtype))
+            return out
+        return node.call("clip", data, a_min=a_min, a_max=a_max)
+    out = data
+    if low is not None:
+        out = node.call("maximum", out, low)
+    if high is not None:
+        out = node.call("minimum", out, high)
+    return out
+
+
+@converter("Cast")
+def _cast(node: OnnxNode) -> Expr:
+    return node.call("cast", node.required(0), dtype=onnx_dtype(node.attr("to"), node))
+
+
+@converter("CastLike")
+def _cast_like(node: OnnxNode) -> Expr:
+    return node.call("cast", node.required(0), dtype=node.required(1).dtype)
+
+
+_BINARY = {
+    "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power",
+    "Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
+    "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "PRelu": "nn.prelu",
+}
+
+
+@converter(*_BINARY)
+def _binary(node: OnnxNode) -> Expr:
+    return node.call(_BINARY[node.op_type], node.required(0), node.required(1))
+
+
+@converter("Mod")
+def _mod(node: OnnxNode) -> Expr:
+    return node.call("fmod" if node.attr("fmod", 0) else "mod", node.required(0), node.required(1))
+
+
+@converter("BitShift")
+def _bit_shift(node: OnnxNode) -> Expr:
+    op = "left_shift" if node.attr("direction") == "LEFT" else "right_shift"
+    return node.call(op, node.required(0), node.required(1))
+
+
+@converter("Sum", "Max", "Min", "Mean")
+def _variadic(node: OnnxNode) -> Expr:
+    op = {"Sum": "add", "Mean": "add", "Max": "maximum", "Min": "minimum"}[node.op_type]
+    args = [a for a in node.inputs if a is not None]
+    out = args[0]
+    for arg in args[1:]:
+        out = node.call(op, out, arg)
+    if node.op_type == "Mean":
+        out = node.call("divide", out, scalar(len(args), out.dtype))
+    return out
+
+
+@converter("Where")
+def _where(node: OnnxNode) -> Expr:
+    return node.call("where", node.required(0), node.required(1), node.required(2))

@@ -1,0 +1,239 @@
+"""Import an ONNX model as a graph.Module with static shapes.
+
+    mod = from_onnx("resnet50.onnx", shape={"data": (1, 3, 224, 224)})
+
+Initializers become Constants; Constant, Shape of static tensors, ConstantOfShape
+and any node whose inputs are all constant are evaluated at import time with the
+ops' numpy references, so Reshape/Expand/Slice/... get static parameters.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...graph.expr import Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
+from ...graph.types import TensorType, TupleType
+from ...ir.dtypes import from_numpy
+from ...ir.errors import DTypeError, FrontendError, TensorkilnError, UnsupportedOpError
+from .converters import CONVERTERS
+from .node import OnnxNode
+
+__all__ = ["from_onnx", "supported_ops"]
+
+_MIN_OPSET = 1
+
+
+def supported_ops() -> list[str]:
+    """The ONNX op types (default domain) this frontend converts."""
+    return sorted(CONVERTERS)
+
+
+def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = None,
+              dtype: str | Mapping[str, str] | None = None,
+              constants: Mapping[str, Any] | None = None) -> Module:
+    """Convert an ONNX ModelProto, a path or bytes into a Module whose "main" takes the graph inputs.
+
+    `shape` binds input shapes (needed for symbolic dimensions); `dtype` overrides
+    input dtypes (one dtype for all inputs, or a dict by input name); `constants`
+    binds graph inputs to fixed values (e.g. an `axes` or `shape` input), which
+    then are not parameters of "main".
+    """
+    model = _load(model_or_path)
+    import onnx
+    graph = model.graph
+    opset = _default_opset(model)
+    shape = dict(shape or {})
+    values: dict[str, Expr] = {}
+    for tensor in graph.initializer:
+        values[tensor.name] = Constant(_tensor_to_array(tensor))
+    for name, value in (constants or {}).items():
+        if name not in {v.name for v in graph.input}:
+            raise FrontendError(f"constants= names {name!r}, which is not a graph input")
+        values[name] = Constant(np.asarray(value))
+    for tensor in graph.sparse_initializer:
+        raise FrontendError(f"sparse initializer {tensor.values.name!r} is not supported")
+    params = []
+    input_names = {value.name for value in graph.input}
+    for unknown in set(shape) - input_names - set(constants or {}):
+        raise FrontendError(f"shape= names {unknown!r}, which is not a graph input; inputs are "
+                            f"{sorted(input_names - set(values))}")
+    for value_info in graph.input:
+        if value_info.name in values:
+            continue
+        param = _input_var(value_info, shape.get(value_info.name), _input_dtype(dtype, value_info.name))
+        values[value_info.name] = param
+        params.append(param)
+    _check_supported(graph.node)
+    for onnx_node in graph.node:
+        _convert_node(onnx_node, values, opset, onnx)
+    outputs = []
+    for output in graph.output:
+        if output.name not in values:
+            raise FrontendError(f"graph output {output.name!r} is not produced by any node")
+        outputs.append(values[output.name])
+    if not outputs:
+        raise FrontendError("the ONNX graph has no outputs")
+    body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
+    return Module((("main", Function(tuple(params), body)),))
+
+
+def _load(model_or_path: Any):
+    import onnx
+    from google.protobuf.message import DecodeError
+    if isinstance(model_or_path, onnx.ModelProto):
+        model = model_or_path
+    else:
+        try:
+            if isinstance(model_or_path, (bytes, bytearray)):
+                model = onnx.load_model_from_string(bytes(model_or_path))
+            else:
+                path = os.fspath(model_or_path)
+                if not os.path.exists(path):
+                    raise FrontendError(f"ONNX file {path!r} does not exist")
+                model = onnx.load(path)
+        except FrontendError:
+            raise
+        except (DecodeError, ValueError, OSError, RuntimeError, TypeError) as error:
+            raise FrontendError(f"cannot read the ONNX model {str(model_or_path)[:200]!r}: it is malformed or "
+                                f"truncated ({type(error).__name__}: {error})") from None
+        except Exception as error:  # protobuf raises several private types on garbage input
+            raise FrontendError(f"cannot read the ONNX model {str(model_or_path)[:200]!r}: "
+                                f"{type(error).__name__}: {error}") from None
+    if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
+        raise FrontendError("the ONNX model has no graph (empty, truncated or not an ONNX file)")
+    return model
+
+
+def _default_opset(model) -> int:
+    for entry in model.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            if entry.version < _MIN_OPSET:
+                raise FrontendError(f"ONNX opset {entry.version} is older than the oldest supported "
+                                    f"({_MIN_OPSET}); upgrade it with onnx.version_converter")
+            return entry.version
+    if not model.opset_import:
+        raise FrontendError("the ONNX model declares no opset_import")
+    return _MIN_OPSET
+
+
+def _tensor_to_array(tensor) -> np.ndarray:
+    from onnx import numpy_helper
+    try:
+        array = numpy_helper.to_array(tensor)
+    except Exception as error:
+        raise FrontendError(f"initializer {tensor.name!r} cannot be read: {error}") from None
+    try:
+        from_numpy(array.dtype)
+    except DTypeError:
+        raise DTypeError(f"tensor {tensor.name!r} has dtype {array.dtype}, which tensorkiln does not support") from None
+    return array
+
+
+def _input_dtype(dtype: str | Mapping[str, str] | None, name: str) -> str | None:
+    if dtype is None:
+        return None
+    if isinstance(dtype, str):
+        return dtype
+    return dtype.get(name)
+
+
+def _input_var(value_info, bound_shape, dtype_override: str | None) -> Var:
+    from onnx import helper
+    type_proto = value_info.type
+    if not type_proto.HasField("tensor_type"):
+        raise UnsupportedOpError(f"graph input {value_info.name!r} is not a tensor (sequences, maps and optionals "
+                                 "are not supported)")
+    tensor_type = type_proto.tensor_type
+    if dtype_override is not None:
+        dtype = dtype_override
+    else:
+        try:
+            dtype = from_numpy(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+        except (DTypeError, KeyError, TypeError, ValueError):
+            raise DTypeError(f"graph input {value_info.name!r} has ONNX element type {tensor_type.elem_type}, "
+                             "which tensorkiln does not support") from None
+    if bound_shape is not None:
+        return Var(value_info.name, TensorType(tuple(int(d) for d in bound_shape), dtype))
+    if not tensor_type.HasField("shape"):
+        raise FrontendError(f"graph input {value_info.name!r} has no shape; bind it with "
+                            f"from_onnx(..., shape={{{value_info.name!r}: (...)}})")
+    dims = []
+    for index, dim in enumerate(tensor_type.shape.dim):
+        if dim.HasField("dim_value"):
+            dims.append(dim.dim_value)
+        else:
+            label = dim.dim_param or "?"
+            raise FrontendError(
+                f"graph input {value_info.name!r} has symbolic dimension {index} ({label!r}); bind its shape "
+                f"with from_onnx(..., shape={{{value_info.name!r}: (...)}})")
+    return Var(value_info.name, TensorType(tuple(dims), dtype))
+
+
+def _check_supported(nodes) -> None:
+    missing: dict[str, list[str]] = {}
+    for node in nodes:
+        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+        if key not in CONVERTERS:
+            missing.setdefault(key, []).append(node.name or f"<unnamed {node.op_type}>")
+    if missing:
+        listing = "; ".join(f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
+                            for op, names in sorted(missing.items()))
+        raise UnsupportedOpError(f"the ONNX model uses {len(missing)} unsupported op type(s): {listing}")
+
+
+def _attributes(node, onnx) -> dict[str, Any]:
+    attrs = {}
+    for attribute in node.attribute:
+        if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+            raise UnsupportedOpError(f"ONNX node {node.name!r} ({node.op_type}) has a subgraph attribute "
+                                     f"{attribute.name!r}; control flow is not supported")
+        value = onnx.helper.get_attribute_value(attribute)
+        if isinstance(value, bytes):
+            value = value.decode("utf-8")
+        elif isinstance(value, list) and value and isinstance(value[0], bytes):
+            value = [v.decode("utf-8") for v in value]
+        elif isinstance(value, onnx.TensorProto):
+            value = _tensor_to_array(value)
+        attrs[attribute.name] = value
+    return attrs
+
+
+def _convert_node(onnx_node, values: dict[str, Expr], opset: int, onnx) -> None:
+    inputs: list[Expr | None] = []
+    for name in onnx_node.input:
+        if not name:
+            inputs.append(None)
+        elif name in values:
+            inputs.append(values[name])
+        else:
+            raise FrontendError(f"ONNX node {onnx_node.name!r} ({onnx_node.op_type}) reads {name!r}, which no "
+                                "node, initializer or graph input produces (the graph is malformed or not "
+                                "topologically sorted)")
+    node = OnnxNode(onnx_node.op_type, onnx_node.name, inputs, _attributes(onnx_node, onnx), opset,
+                    len(onnx_node.output), list(onnx_node.output))
+    try:
+        result = CONVERTERS[onnx_node.op_type](node)
+    except TensorkilnError:
+        raise
+    except Exception as error:
+        raise FrontendError(f"ONNX node {onnx_node.name!r} ({onnx_node.op_type}) could not be converted: "
+                            f"{type(error).__name__}: {error}") from error
+    if isinstance(result, Expr) and isinstance(result.checked_type, TupleType):
+        result = tuple(_item(result, i) for i in range(len(result.checked_type.fields)))
+    if isinstance(result, Expr):
+        result = (result,)
+    for index, name in enumerate(onnx_node.output):
+        if not name:
+            continue
+        if index >= len(result) or result[index] is None:
+            raise node.unsupported(f"output {index} ({name!r}) is not supported")
+        values[name] = result[index]
+
+
+def _item(value: Expr, index: int) -> Expr:
+    if isinstance(value, Tuple):
+        return value.fields[index]
+    item = TupleGetItem(value, index)
+    return item

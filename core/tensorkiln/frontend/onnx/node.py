@@ -1,0 +1,72 @@
+"""OnnxNode: what a converter sees of one ONNX node (inputs as graph Exprs, attributes, opset)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...graph.expr import Call, Constant, Expr, Tuple
+from ...graph.interpreter import evaluate_call
+from ...graph.registry import get_op
+from ...ir.errors import FrontendError, UnsupportedOpError
+
+__all__ = ["OnnxNode"]
+
+
+@dataclass
+class OnnxNode:
+    """One ONNX node being converted. Converters build graph calls with `call`, which
+    folds calls whose arguments are all constants, so shape computations
+    (Shape -> Gather -> Concat -> Reshape) end as static attributes."""
+
+    op_type: str
+    name: str
+    inputs: list[Expr | None]
+    attrs: dict[str, Any]
+    opset: int
+    num_outputs: int
+    output_names: list[str] = field(default_factory=list)
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    def input(self, index: int) -> Expr | None:
+        """Input `index`, or None when it is absent or empty (an optional input)."""
+        return self.inputs[index] if index < len(self.inputs) else None
+
+    def required(self, index: int) -> Expr:
+        value = self.input(index)
+        if value is None:
+            raise FrontendError(f"ONNX node {self.name!r} ({self.op_type}) lacks its required input {index}")
+        return value
+
+    def const(self, index: int, what: str = "") -> np.ndarray | None:
+        """The value of input `index` when it is constant-evaluable; None when absent.
+
+        Raises UnsupportedOpError when the input is computed at run time: the
+        graph IR needs this parameter statically.
+        """
+        value = self.input(index)
+        if value is None:
+            return None
+        if not isinstance(value, Constant):
+            label = what or f"input {index}"
+            raise UnsupportedOpError(
+                f"ONNX node {self.name!r} ({self.op_type}): {label} must be known at import time, but it is "
+                f"computed from graph inputs; bind the input shapes with shape=... or fold it in the model")
+        return value.value
+
+    def call(self, op_name: str, *args: Expr, **attrs: Any) -> Expr:
+        """Build `op_name(*args, **attrs)` named after this node; fold it when every argument is constant."""
+        op = get_op(op_name)
+        node = Call(op, tuple(args), op.make_attrs(None, **attrs), self.name or None)
+        if args and all(isinstance(a, Constant) for a in args):
+            value = evaluate_call(node, [a.value for a in args])
+            if isinstance(value, tuple):
+                return Tuple(tuple(Constant(np.asarray(v)) for v in value))
+            return Constant(np.asarray(value))
+        return node
+
+    def unsupported(self, reason: str) -> UnsupportedOpError:
+        return UnsupportedOpError(f"ONNX node {self.name!r} ({self.op_type}, opset {self.opset}): {reason}")

@@ -1,0 +1,33 @@
+"""Graph IR: typed SSA dataflow (Var, Constant, Call, Tuple, TupleGetItem, Function, Module),
+the op registry, the builder API (graph.var, graph.const, graph.add, graph.nn.conv2d, ...),
+traversal/rewrite helpers and the numpy reference interpreter."""
+from ..ir.structural import assert_structural_equal, structural_equal, structural_hash
+from . import nn, ops  # noqa: F401  (ops registers every built-in op)
+from .attrs import NO_ATTRS, Attrs, AttrsError, NoAttrs
+from .builder import *  # noqa: F401,F403
+from .builder import __all__ as _builder_names
+from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
+from .interpreter import evaluate, evaluate_call
+from .printer import print_expr, print_module
+from .registry import Op, OpPattern, get_op, list_ops, register_op, set_compute, set_schedule
+from .traversal import count_users, free_vars, operands, post_order, rewrite, topological_order, with_operands
+from .verify import verify_module
+from .types import FuncType, TensorType, TupleType, Type
+
+
+def infer_type(mod_or_expr):
+    """Types are computed when nodes are built; this returns its input (kept for pass pipelines)."""
+    return mod_or_expr
+
+
+__all__ = [
+    "Expr", "Var", "Constant", "Call", "Tuple", "TupleGetItem", "Function", "Module",
+    "Type", "TensorType", "TupleType", "FuncType",
+    "Attrs", "NoAttrs", "NO_ATTRS", "AttrsError",
+    "Op", "OpPattern", "register_op", "get_op", "list_ops", "set_compute", "set_schedule",
+    "post_order", "topological_order", "free_vars", "rewrite", "operands", "count_users", "with_operands",
+    "verify_module",
+    "evaluate", "evaluate_call", "infer_type", "print_expr", "print_module",
+    "structural_equal", "structural_hash", "assert_structural_equal", "nn",
+    *_builder_names,
+]

@@ -1,0 +1,257 @@
+"""ops/schedule/anchors.py: how each anchor kind is scheduled inside a fused group.
+
+Every `apply_*(s, anchor, output, target)` gets a schedule whose injective
+intermediates are already inlined, the anchor stage's tensor, and the group's output
+tensor (the anchor itself, or the elementwise epilogue that consumes it). When the
+anchor is the output, a "local" cache stage accumulates instead, so in both cases the
+output stage carries the tiling and the accumulation is computed at its tile:
+
+    parallel for (batch, block) fused:          <- output stage tiles
+      for tile:
+        allocate acc (local)                    <- anchor compute_at the tile
+        for reduction: for block: acc[...] += ...   (vectorized block)
+        for block: out[...] = epilogue(acc[...])    (vectorized)
+"""
+from __future__ import annotations
+
+from ... import te
+from .. import tags
+from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, schedule_injective_stage,
+                     schedule_reduce_stage, vector_lanes)
+
+__all__ = ["apply_conv2d", "apply_dense", "apply_pool", "apply_softmax", "apply_norm", "apply_reduce",
+           "accumulator"]
+
+OUTPUT_CHANNEL_BLOCK = 4
+ROW_BLOCK = 4
+UNROLL_KERNEL_MAX = 3
+
+
+def accumulator(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
+    """(accumulating tensor, output tensor): a local cache of the anchor when it is the output."""
+    if anchor.op is output.op or s[anchor].is_output:
+        cache = s.cache_write(anchor, "local")
+        return cache, anchor
+    return anchor, output
+
+
+def _same_shape(a: te.Tensor, b: te.Tensor) -> bool:
+    return tuple(a.shape) == tuple(b.shape)
+
+
+def _parallel(stage, axis, target) -> None:
+    if axis is not None and can_parallel(target):
+        stage.parallel(axis)
+
+
+def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """NCHW conv: output-channel blocks x row x width-vector tiles; the padded input at root."""
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            schedule_injective_stage(s, producer, target)  # materialized: reads stay contiguous
+    acc, output = accumulator(s, anchor, output)
+    if not _same_shape(acc, output):
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    batch, channel, row, column = out.op.axis
+    _, out_channels, _, width = (int(d) for d in output.shape)
+    lanes = vector_lanes(target, acc.dtype)
+    channel_block = divisor_at_most(out_channels, OUTPUT_CHANNEL_BLOCK)
+    width_block = divisor_at_most(width, lanes)
+    channel_outer, channel_inner = out.split(channel, factor=channel_block)
+    width_outer, width_inner = out.split(column, factor=width_block)
+    out.reorder(batch, channel_outer, row, width_outer, channel_inner, width_inner)
+    fused = out.fuse(batch, channel_outer)
+    _parallel(out, fused, target)
+    if width_block > 1:
+        out.vectorize(width_inner)
+    s[acc].compute_at(out, width_outer)
+    stage = s[acc]
+    b, o, y, x = stage.op.axis
+    rc, ry, rx = stage.op.reduce_axis
+    stage.reorder(b, y, rc, ry, rx, o, x)
+    if extent_of(ry) <= UNROLL_KERNEL_MAX and extent_of(rx) <= UNROLL_KERNEL_MAX:
+        stage.unroll(rx)
+    stage.unroll(o)
+    if width_block > 1:
+        stage.vectorize(x)
+
+
+def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """dense / batch_matmul: (row block x column vector) tiles, batch and row blocks parallel."""
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "dense_pack" and producer.op in s.stage_map:
+            schedule_injective_stage(s, producer, target)
+    acc, output = accumulator(s, anchor, output)
+    if not _same_shape(acc, output) or not output.shape:
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    axes = list(out.op.axis)
+    lanes = vector_lanes(target, acc.dtype)
+    pack = anchor.op.attrs.get("pack", 1) if hasattr(anchor.op, "attrs") else 1
+    columns = int(output.shape[-1])
+    column_block = pack if pack > 1 else divisor_at_most(columns, lanes)
+    column_outer, column_inner = out.split(axes[-1], factor=column_block)
+    if len(axes) >= 2:
+        row_block = divisor_at_most(int(output.shape[-2]), ROW_BLOCK)
+        row_outer, row_inner = out.split(axes[-2], factor=row_block)
+        out.reorder(*axes[:-2], row_outer, column_outer, row_inner, column_inner)
+        fused = fuse_all(out, [*axes[:-2], row_outer, column_outer])
+    else:
+        fused = column_outer
+    _parallel(out, fused, target)
+    if column_block > 1:
+        out.vectorize(column_inner)
+    s[acc].compute_at(out, fused)
+    stage = s[acc]
+    data_axes = list(stage.op.axis)
+    (k,) = stage.op.reduce_axis
+    stage.reorder(*data_axes[:-2], k, *data_axes[-2:]) if len(data_axes) >= 2 else stage.reorder(k, data_axes[-1])
+    if len(data_axes) >= 2:
+        stage.unroll(data_axes[-2])
+    if column_block > 1:
+        stage.vectorize(data_axes[-1])
+
+
+def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """Pooling: (batch, channel) parallel, the padded plane computed per channel, width vectorized."""
+    acc, output = accumulator(s, anchor, output)
+    if not _same_shape(acc, output):
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    batch, channel, row, column = out.op.axis
+    lanes = vector_lanes(target, acc.dtype)
+    width_block = divisor_at_most(int(output.shape[3]), lanes)
+    width_outer, width_inner = out.split(column, factor=width_block)
+    fused = out.fuse(batch, channel)
+    _parallel(out, fused, target)
+    if width_block > 1:
+        out.vectorize(width_inner)
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            s[producer].compute_at(out, fused)
+    s[acc].compute_at(out, width_outer)
+    stage = s[acc]
+    b, c, y, x = stage.op.axis
+    ry, rx = stage.op.reduce_axis
+    stage.reorder(b, c, y, ry, rx, x)
+    if width_block > 1:
+        stage.vectorize(x)
+
+
+def _outer_inner_split(output: te.Tensor, first_inner: int):
+    stage_axes = list(output.op.axis)
+    return stage_axes[:first_inner], stage_axes[first_inner:]
+
+
+def _attach_rows(s: te.Schedule, output: te.Tensor, reductions: list[te.Tensor], first_inner: int, target) -> None:
+    """Parallel over the output's outer axes; each reduction computed per row; the row vectorized."""
+    out = s[output]
+    outer, inner = _outer_inner_split(output, first_inner)
+    lanes = vector_lanes(target, output.dtype)
+    if inner:
+        row = fuse_all(out, inner)
+        length = 1
+        for axis in inner:
+            length *= extent_of(axis)
+        block = divisor_at_most(length, lanes)
+        if block > 1:
+            _, vector = out.split(row, factor=block)
+            out.vectorize(vector)
+    fused = fuse_all(out, outer)
+    if fused is None:
+        for tensor in reductions:
+            schedule_reduce_stage(s, tensor, target)
+        return
+    _parallel(out, fused, target)
+    for tensor in reductions:
+        s[tensor].compute_at(out, fused)
+
+
+def apply_softmax(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """softmax / log_softmax: rows parallel, max and exp-sum computed per row (softmax axis last)."""
+    axis = anchor.op.attrs.get("axis", anchor.ndim - 1)
+    reductions = _with_reduce_producers([t for t in anchor.op.input_tensors if _is_reduction(t)])
+    if axis != anchor.ndim - 1 or anchor.op is not output.op:
+        for tensor in reductions:
+            schedule_reduce_stage(s, tensor, target)
+        schedule_injective_stage(s, output, target)
+        return
+    _attach_rows(s, output, reductions, axis, target)
+
+
+def _is_reduction(tensor: te.Tensor) -> bool:
+    return isinstance(tensor.op, te.ComputeOp) and isinstance(tensor.op.body, te.Reduce)
+
+
+def _with_reduce_producers(reductions: list[te.Tensor]) -> list[te.Tensor]:
+    """The reductions plus the reductions they read (expsum reads max), producers first."""
+    ordered: list[te.Tensor] = []
+    for tensor in reductions:
+        for producer in tensor.op.input_tensors:
+            if _is_reduction(producer) and all(p.op is not producer.op for p in ordered):
+                ordered.append(producer)
+        if all(p.op is not tensor.op for p in ordered):
+            ordered.append(tensor)
+    return ordered
+
+
+def apply_norm(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """layer_norm (mean, variance per row) and lrn (windowed sum per element row)."""
+    reductions = _with_reduce_producers([t for t in anchor.op.input_tensors if _is_reduction(t)])
+    if anchor.op is not output.op or not reductions:
+        for tensor in reductions:
+            schedule_reduce_stage(s, tensor, target)
+        schedule_injective_stage(s, output, target)
+        return
+    reduced_rank = len(reductions[0].shape)
+    if all(_same_shape(t, output) for t in reductions):  # lrn: same-shape window sums
+        _attach_rows(s, output, reductions, output.ndim - 1, target)
+    elif all(len(t.shape) == reduced_rank for t in reductions) and reduced_rank < output.ndim:
+        _attach_rows(s, output, reductions, reduced_rank, target)
+    else:
+        for tensor in reductions:
+            schedule_reduce_stage(s, tensor, target)
+        schedule_injective_stage(s, output, target)
+
+
+def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """A reduction (sum, argmax, global pool, cumsum, topk) with an optional elementwise epilogue."""
+    if anchor.op is output.op or not _same_shape(anchor, output) or not output.shape:
+        schedule_reduce_stage(s, anchor, target)
+        if anchor.op is not output.op:
+            schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    axes = list(out.op.axis)
+    fused = fuse_all(out, axes)
+    _parallel_if_large(out, fused, output, target)
+    s[anchor].compute_at(out, fused)
+
+
+def _parallel_if_large(stage, axis, output, target) -> None:
+    from .common import PARALLEL_MIN_WORK
+    size = 1
+    for d in output.shape:
+        size *= int(d)
+    if size >= PARALLEL_MIN_WORK // 16:
+        _parallel(stage, axis, target)
+
+
+ANCHOR_SCHEDULES = {
+    tags.CONV2D_NCHW: apply_conv2d, tags.DEPTHWISE_CONV2D_NCHW: apply_conv2d,
+    tags.GROUP_CONV2D_NCHW: apply_conv2d, tags.CONV2D_TRANSPOSE_NCHW: apply_conv2d,
+    tags.DENSE: apply_dense, tags.BATCH_MATMUL: apply_dense,
+    tags.POOL: apply_pool,
+    tags.SOFTMAX: apply_softmax, tags.LOG_SOFTMAX: apply_softmax,
+    tags.NORM: apply_norm,
+    tags.GLOBAL_POOL: apply_reduce, tags.COMM_REDUCE: apply_reduce, tags.SCAN: apply_reduce,
+    tags.SORT: apply_reduce,
+}
+"""Anchor tag -> `apply(s, anchor, output, target)`."""

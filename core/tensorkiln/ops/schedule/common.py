@@ -1,0 +1,166 @@
+"""ops/schedule/common.py: what every default schedule shares.
+
+Target facts come only from `target.capabilities` (vector width, threads), never from
+the target's name. Tiles are chosen to divide their axes where possible: a loop with
+a guarded tail is not vectorized by tir's vectorize_loops.
+"""
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from ... import te
+from ...ir.dtypes import dtype_of
+from ...tir.arith import as_int
+from .. import tags
+
+__all__ = ["resolve_target", "vector_lanes", "can_parallel", "as_outputs", "stages_of", "inline_injective",
+           "divisor_at_most", "extent_of", "fuse_all", "vectorize_inner", "schedule_injective_stage",
+           "schedule_reduce_stage", "PARALLEL_MIN_WORK", "MAX_LANES"]
+
+MAX_LANES = 16
+PARALLEL_MIN_WORK = 1 << 14
+"""Output elements (times reduction length) below which a parallel loop costs more than it saves."""
+
+
+def resolve_target(target):
+    """A Target from a Target or a target string ("llvm"); objects with `.capabilities` pass through."""
+    if isinstance(target, str):
+        from ...targets import target as lookup
+        return lookup(target)
+    return target
+
+
+def vector_lanes(target, dtype: str) -> int:
+    """Lanes of `dtype` in one vector register: vector_width_bits // bits, capped at MAX_LANES (0 -> 1)."""
+    bits = getattr(resolve_target(target).capabilities, "vector_width_bits", 0) or 0
+    if dtype_of(dtype).is_bool:
+        # TODO(#ops-report): cpu_llvm cannot store a vector of i1 yet (zext <N x i1> to i8);
+        # bool outputs stay scalar until the emitter widens bool vectors.
+        return 1
+    element_bits = dtype_of(dtype).bits
+    return max(1, min(MAX_LANES, bits // element_bits))
+
+
+def can_parallel(target) -> bool:
+    """Whether parallel loops help: max_threads is 0 (all cores) or more than 1."""
+    threads = getattr(resolve_target(target).capabilities, "max_threads", 1)
+    return threads != 1
+
+
+def as_outputs(outputs) -> list[te.Tensor]:
+    if isinstance(outputs, te.Tensor):
+        return [outputs]
+    return list(outputs)
+
+
+def stages_of(s: te.Schedule) -> list:
+    """Every stage, producers first."""
+    return list(s.stages)
+
+
+def inline_injective(s: te.Schedule, keep: Iterable = ()) -> None:
+    """compute_inline every injective stage that is neither an output nor in `keep`."""
+    kept = {id(t.op) if isinstance(t, te.Tensor) else id(t) for t in keep}
+    for stage in stages_of(s):
+        if stage.is_output or id(stage.origin_op) in kept or id(stage.op) in kept:
+            continue
+        if tags.is_injective(stage.op.tag) and not isinstance(stage.op.body, te.Reduce):
+            stage.compute_inline()
+
+
+def extent_of(iv) -> int | None:
+    return None if iv.dom is None else as_int(iv.dom.extent)
+
+
+def divisor_at_most(extent: int, limit: int) -> int:
+    """The largest divisor of `extent` that is <= limit (1 when extent is prime and larger)."""
+    for d in range(min(limit, extent), 0, -1):
+        if extent % d == 0:
+            return d
+    return 1
+
+
+def fuse_all(stage, axes: Sequence):
+    """Fuse `axes` (outer to inner) into one loop; a single axis is returned as is."""
+    axes = list(axes)
+    if not axes:
+        return None
+    return axes[0] if len(axes) == 1 else stage.fuse(*axes)
+
+
+def vectorize_inner(stage, axis, extent: int, lanes: int):
+    """Split `axis` by a lanes-sized divisor and vectorize the inner part; returns the outer loop."""
+    factor = divisor_at_most(extent, lanes)
+    if factor < 2 or lanes < 2:
+        return axis
+    if factor == extent:
+        stage.vectorize(axis)
+        return None
+    outer, inner = stage.split(axis, factor=factor)
+    stage.vectorize(inner)
+    return outer
+
+
+def _product(values) -> int:
+    total = 1
+    for v in values:
+        total *= v
+    return total
+
+
+def schedule_injective_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
+    """Injective stage: vectorize the innermost axis by a lanes divisor, fuse the rest, parallel if large."""
+    stage = s[tensor]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    shape = [extent_of(a) for a in axes]
+    lanes = vector_lanes(target, tensor.dtype)
+    total = _product(shape)
+    outer_axes = axes[:-1]
+    inner_outer = vectorize_inner(stage, axes[-1], shape[-1], lanes)
+    if inner_outer is None and not outer_axes:
+        return
+    if can_parallel(target) and total >= PARALLEL_MIN_WORK:
+        loops = outer_axes + ([inner_outer] if inner_outer is not None else [])
+        fused = fuse_all(stage, loops)
+        if fused is not None:
+            stage.parallel(fused)
+    elif len(outer_axes) > 1:
+        fuse_all(stage, outer_axes)
+
+
+def schedule_reduce_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
+    """A reduction at the root: data axes fused and parallel (when large), reduction loops inside.
+
+    When the innermost data axis is contiguous in the input and the reduction runs over
+    outer axes, it moves inside the reduction loops and is vectorized.
+    """
+    stage = s[tensor]
+    data_axes, reduce_axes = list(stage.op.axis), list(stage.op.reduce_axis)
+    work = _product(extent_of(a) for a in data_axes) * _product(extent_of(r) for r in reduce_axes)
+    outer = data_axes
+    lanes = vector_lanes(target, tensor.dtype)
+    last = extent_of(data_axes[-1]) if data_axes else 0
+    if data_axes and last and last >= lanes >= 2 and last % lanes == 0 and _reduces_outer_only(stage):
+        outer_last, inner_last = stage.split(data_axes[-1], factor=lanes)
+        stage.reorder(*data_axes[:-1], outer_last, *reduce_axes, inner_last)
+        stage.vectorize(inner_last)
+        outer = data_axes[:-1] + [outer_last]
+    fused = fuse_all(stage, outer)
+    if fused is not None and can_parallel(target) and work >= PARALLEL_MIN_WORK:
+        stage.parallel(fused)
+
+
+def _reduces_outer_only(stage) -> bool:
+    """True when the innermost output axis indexes the innermost input axis (vectorizable)."""
+    body = stage.op.body
+    last = stage.op.axis[-1].var
+    found = []
+
+    def visit(x):
+        if isinstance(x, te.TensorRead) and x.indices:
+            found.append(x.indices[-1] is last)
+    from ...tir.visit import post_order_visit
+    post_order_visit(body.source if isinstance(body, te.Reduce) else body, visit)
+    return bool(found) and all(found)

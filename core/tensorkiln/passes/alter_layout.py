@@ -1,0 +1,188 @@
+"""passes/alter_layout.py: convert conv2d to the data layout the target prefers.
+
+The preference comes from the target's manifest (`[[layouts]]`), then from
+every plugin's `tensorkiln_layout_preferences(target)` hook (later ones win),
+then from `PassContext(config={"alter_layout": {"nn.conv2d": "NHWC"}})`.
+With NHWC preferred:
+
+    %0 = nn.conv2d(%x, W)                 %t = layout_transform(%x, NCHW -> NHWC)
+    %1 = nn.bias_add(%0, %b)      ->      %0 = nn.conv2d(%t, W', data_layout=NHWC, kernel_layout=HWIO)
+    %2 = nn.relu(%1)                      %1 = nn.bias_add(%0, %b, axis=3)
+    %3 = nn.conv2d(%2, W2)                %2 = nn.relu(%1)
+    %3                                    %3 = nn.conv2d(%2, W2', data_layout=NHWC, kernel_layout=HWIO)
+                                          layout_transform(%3, NHWC -> NCHW)
+
+A converted tensor stays in the new layout through layout-agnostic ops
+(elementwise and broadcast ops, whose constant operands are permuted at
+compile time; bias_add and concatenate, whose axis is remapped), so
+layout_transform appears only at the boundaries of the converted region: where
+an op that knows only NCHW (pooling, reshape, ...) or the function result
+needs the original layout. Constant weights are permuted here; a transform of
+a computed weight is left to fold_constants.
+
+Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), since those are
+what nn.conv2d's type rule and reference accept. A blocked preference such as
+NCHW8c is left unapplied (TODO(#5): conv2d NCHWc in the op and its compute).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
+from ..graph.ops.layout import transform_layout
+from ..graph.registry import Op, OpPattern
+from ..graph.types import TensorType
+from .manager import register_pass
+
+__all__ = ["alter_layout", "layout_preferences", "DEFAULT_KERNEL_LAYOUTS"]
+
+# The weight layout that goes with a data layout when the preference does not name one.
+DEFAULT_KERNEL_LAYOUTS = {"NCHW": "OIHW", "NHWC": "HWIO"}
+_ORIGINAL = "NCHW"
+
+
+def layout_preferences(target, config: dict | None = None) -> dict[str, tuple[str, str | None]]:
+    """{op name: (data layout, weight layout or None)}: manifest, then plugin hooks, then config."""
+    found: dict[str, tuple[str, str | None]] = {}
+    if target is not None:
+        from ..sdk.plugin_manager import registry
+        hooked = registry().call("tensorkiln_layout_preferences", target)
+        for preference in (*target.manifest.layouts, *hooked):
+            found[preference.op] = (preference.layout, preference.weight_layout)
+    for op_name, layout in (config or {}).items():
+        found[op_name] = (layout, None) if isinstance(layout, str) else tuple(layout)
+    return found
+
+
+@register_pass("alter_layout", opt_level=3)
+def alter_layout(mod: Module, target=None, config: dict | None = None) -> Module:
+    """Convert nn.conv2d to the target's preferred layout, transforming data only at region boundaries."""
+    data_layout, kernel_layout = layout_preferences(target, config).get("nn.conv2d", (_ORIGINAL, None))
+    kernel_layout = kernel_layout or DEFAULT_KERNEL_LAYOUTS.get(data_layout)
+    choices = get_op("nn.conv2d").attrs_type._choices
+    if (data_layout == _ORIGINAL or data_layout not in choices["data_layout"]
+            or kernel_layout not in choices["kernel_layout"]):
+        return mod
+    main = _convert(mod.main, data_layout, kernel_layout)
+    return mod if main is mod.main else mod.with_function("main", main)
+
+
+def _convert(function: Function, layout: str, kernel_layout: str) -> Function:
+    converter = _Converter(layout, kernel_layout)
+    for node in post_order(function):
+        if node is function:
+            body = converter.original(function.body)
+            if body is function.body:
+                return function
+            return Function(function.params, body, function.attrs)
+        converter.visit(node)
+    raise AssertionError("unreachable: post_order yields the root last")
+
+
+class _Converter:
+    """Rebuilds nodes bottom-up, tracking which rebuilt tensors are in the new layout."""
+
+    def __init__(self, layout: str, kernel_layout: str) -> None:
+        self.layout, self.kernel_layout = layout, kernel_layout
+        self.memo: dict[int, Expr] = {}         # id(original) -> rebuilt, in the original layout
+        self.converted: dict[int, Expr] = {}    # id(original) -> rebuilt, in `layout`
+        self.produced: set[int] = set()         # ids of originals rebuilt natively in `layout`
+
+    # Each visited node is rebuilt in one layout; `original` / `in_layout` give the
+    # other one on demand (a layout_transform, or a permuted constant), cached so
+    # that several users share one transform.
+    def original(self, node: Expr) -> Expr:
+        if id(node) not in self.memo:
+            self.memo[id(node)] = _transform(self.converted[id(node)], self.layout, _ORIGINAL)
+        return self.memo[id(node)]
+
+    def in_layout(self, node: Expr) -> Expr:
+        if id(node) not in self.converted:
+            value = self.original(node)
+            self.converted[id(node)] = (Constant(transform_layout(value.value, _ORIGINAL, self.layout))
+                                        if isinstance(value, Constant) else _transform(value, _ORIGINAL, self.layout))
+        return self.converted[id(node)]
+
+    def visit(self, node: Expr) -> None:
+        if isinstance(node, Call) and isinstance(node.op, Op):
+            rebuilt = self._rebuild_converted(node)
+            if rebuilt is not None:
+                self.converted[id(node)] = rebuilt
+                self.produced.add(id(node))
+                return
+        self.memo[id(node)] = self._rebuild_original(node)
+
+    def _rebuild_original(self, node: Expr) -> Expr:
+        if isinstance(node, Call):
+            args = tuple(self.original(a) for a in node.args)
+            return node if all(a is b for a, b in zip(args, node.args)) else dataclasses.replace(node, args=args)
+        if isinstance(node, Tuple):
+            fields = tuple(self.original(f) for f in node.fields)
+            return node if all(a is b for a, b in zip(fields, node.fields)) else Tuple(fields)
+        if isinstance(node, TupleGetItem):
+            value = self.original(node.tuple_value)
+            return node if value is node.tuple_value else TupleGetItem(value, node.index)
+        return node  # Var, Constant, a nested Function (fused groups are not converted)
+
+    def _rebuild_converted(self, call: Call) -> Expr | None:
+        """The call rebuilt in the new layout, or None when it stays in the original layout."""
+        name = call.op.name
+        if name == "nn.conv2d":
+            return self._conv2d(call)
+        if not isinstance(call.checked_type, TensorType) or call.ndim != 4:
+            return None
+        if not any(id(a) in self.produced for a in call.args):
+            return None  # nothing around is converted: converting here would only add transforms
+        if name == "nn.bias_add":
+            if call.attrs.axis % 4 != 1:
+                return None
+            return Call(call.op, (self.in_layout(call.args[0]), self.original(call.args[1])),
+                        call.op.make_attrs(axis=self.layout.index("C")), call.span)
+        if name == "concatenate":
+            axis = _ORIGINAL[call.attrs.axis % 4]
+            return Call(call.op, tuple(self.in_layout(a) for a in call.args),
+                        call.op.make_attrs(axis=self.layout.index(axis)), call.span)
+        if call.op.pattern <= OpPattern.BROADCAST and name != "broadcast_to":
+            return self._elementwise(call)
+        return None
+
+    def _elementwise(self, call: Call) -> Expr | None:
+        args = []
+        for arg in call.args:
+            if id(arg) in self.produced or (arg.checked_type == call.checked_type and not isinstance(arg, Constant)):
+                args.append(self.in_layout(arg))
+            elif isinstance(arg, Constant) and arg.ndim <= 4 and arg.value.size == 1:
+                args.append(arg)
+            elif isinstance(arg, Constant) and arg.ndim <= 4:
+                padded = arg.value.reshape((1,) * (4 - arg.ndim) + arg.value.shape)
+                args.append(Constant(transform_layout(padded, _ORIGINAL, self.layout)))
+            else:
+                return None  # an operand that broadcasts in a way we cannot permute statically
+        return Call(call.op, tuple(args), call.attrs, call.span)
+
+    def _conv2d(self, call: Call) -> Expr | None:
+        attrs = call.attrs
+        if (attrs.data_layout, attrs.kernel_layout) != (_ORIGINAL, "OIHW"):
+            return None
+        data = self.in_layout(call.args[0])
+        weight = self.original(call.args[1])
+        if isinstance(weight, Constant):
+            permutation = ["OIHW".index(axis) for axis in self.kernel_layout]
+            weight = Constant(np.ascontiguousarray(weight.value.transpose(permutation)))
+        else:
+            weight = _transform(weight, "OIHW", self.kernel_layout)
+        new_attrs = call.op.make_attrs(strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation,
+                                       groups=attrs.groups, data_layout=self.layout, kernel_layout=self.kernel_layout)
+        return Call(call.op, (data, weight), new_attrs, call.span)
+
+
+def _transform(value: Expr, src: str, dst: str) -> Call:
+    op = get_op("layout_transform")
+    if isinstance(value, Call) and value.op is op and value.attrs.dst_layout == src:
+        inner = value.attrs.src_layout
+        if inner == dst:
+            return value.args[0]
+        return Call(op, value.args, op.make_attrs(src_layout=inner, dst_layout=dst))
+    return Call(op, (value,), op.make_attrs(src_layout=src, dst_layout=dst))

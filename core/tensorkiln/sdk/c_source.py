@@ -1,0 +1,855 @@
+"""sdk/c_source.py: CSourceEmitter, the shared base of every C-dialect emitter.
+
+The base turns tir PrimFuncs into plain C99 (a `.c` file the system compiler builds).
+A vendor whose device speaks a C dialect (OpenCL C, CUDA C, HLS C++) subclasses it and
+overrides *data*: the class attributes below and a few small methods. The traversal of
+the loop IR stays here, shared, so a fix reaches every dialect:
+
+    class OpenCLEmitter(CSourceEmitter):
+        target_name = "opencl"
+        artifact_format = "opencl-c"
+        kernel_prefix = "__kernel void"
+        buffer_prefix = "__global "
+        scope_prefix = {"global": "", "shared": "__local ", "local": ""}
+        thread_index = {"blockIdx": "get_group_id({dim})", "threadIdx": "get_local_id({dim})"}
+        barriers = {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", "global": "barrier(CLK_GLOBAL_MEM_FENCE);"}
+
+Override points (class attributes unless marked as methods):
+
+- identity: `target_name`, `artifact_format`, `intrinsic_languages`
+- file text: `preamble`, `helper_prefix`, method `extensions(dtypes)`
+- types: `type_names`, `storage_type_names`, `int_literal_suffix`, `vector_lanes`,
+  methods `type_name`, `vector_type_name`, `literal`, `cast`
+- functions and parameters: `kernel_prefix`, `buffer_prefix`, `restrict`, `const_inputs`,
+  method `kernel_header`
+- memory: `scope_prefix`, `hoisted_scopes`, `heap_scopes`, `max_stack_bytes`, method
+  `declare_allocation`
+- threads: `thread_index` (per tag kind, e.g. "get_group_id({dim})"), `barriers` (per scope)
+- loops: `parallel_pragma`, `unroll_pragma`, `vectorize_pragma`, method `loop_pragmas`
+- vectors: `vector_literal`, `vector_broadcast`, `vector_load`, `vector_store`,
+  `vector_cast`; a dialect without vector types (`vector_lanes = ()`) gets every vector
+  store emitted lane by lane, which is valid in any C
+- math: `math_functions` (te name -> template with {0}, {1}, ... and {f} for the float
+  suffix), `float_suffix`, `min_max_functions`, method `math_call`
+
+Launch geometry: every THREAD_BINDING loop ("blockIdx.x", "threadIdx.y", ...) becomes
+an index expression (`int32_t i = get_group_id(0);`), guarded by `if (i < extent)` when
+the launch is wider than that loop. The launch size per tag is the largest extent bound
+to it; the emitter records it per kernel in `Artifact.metadata["kernels"][name]` as
+`{"grid": [x, y, z], "block": [x, y, z], ...}`, which `launch_geometry(artifact, name)`
+reads back for the loader. A dialect with no thread model (`thread_index = {}`, plain C)
+runs THREAD_BINDING loops as serial loops with a launch of one thread.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from ..ir.dtypes import dtype_of
+from ..ir.errors import CompileError
+from ..tir import nodes as tir
+from ..tir.visit import post_order_visit
+from .codegen import Artifact, Emitter, signature_of
+
+__all__ = ["CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag"]
+
+_THREAD_TAG = re.compile(r"^(blockIdx|threadIdx)\.([xyz])$")
+_C_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    bool true false main
+""".split())
+
+
+@dataclass(frozen=True)
+class LaunchGeometry:
+    """Grid (blocks / work-groups) and block (threads / work-items) sizes of one kernel."""
+
+    grid: tuple[int, int, int] = (1, 1, 1)
+    block: tuple[int, int, int] = (1, 1, 1)
+
+    @property
+    def global_size(self) -> tuple[int, int, int]:
+        """Total threads per dimension (OpenCL's global work size)."""
+        return tuple(g * b for g, b in zip(self.grid, self.block))
+
+    @property
+    def threads_per_block(self) -> int:
+        return math.prod(self.block)
+
+    @property
+    def ndim(self) -> int:
+        """Dimensions in use (at least 1): trailing dimensions of size 1 are dropped."""
+        for dim in (2, 1):
+            if self.grid[dim] > 1 or self.block[dim] > 1:
+                return dim + 1
+        return 1
+
+    def to_dict(self) -> dict[str, list[int]]:
+        return {"grid": list(self.grid), "block": list(self.block)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LaunchGeometry":
+        return cls(tuple(int(x) for x in data["grid"]), tuple(int(x) for x in data["block"]))
+
+
+def launch_geometry(artifact: Artifact, kernel: str) -> LaunchGeometry:
+    """The launch geometry a C-source emitter recorded for `kernel` in `artifact`.
+
+    Called by runtime loaders before a launch; kernels without metadata run on one thread.
+    """
+    info = artifact.metadata.get("kernels", {}).get(kernel)
+    return LaunchGeometry() if info is None else LaunchGeometry.from_dict(info)
+
+
+def parse_thread_tag(tag: str) -> tuple[str, int]:
+    """"threadIdx.y" -> ("threadIdx", 1); raises CompileError for other tags."""
+    match = _THREAD_TAG.match(tag or "")
+    if match is None:
+        raise CompileError(f"unknown thread tag {tag!r}; use blockIdx.x/y/z or threadIdx.x/y/z")
+    return match.group(1), "xyz".index(match.group(2))
+
+
+class CSourceEmitter(Emitter):
+    """tir PrimFunc -> C99 source; subclass and override the data below for a C dialect.
+
+    Called by the core's build driver through a plugin's TargetSpec (`emit`); a plugin
+    may also call `emit_source` to get only the text. The output of the base is plain
+    C99 that `cc -std=c99 -shared` compiles: one `void name(float* restrict A, ...)` per
+    PrimFunc, buffers first, then scalar parameters, in PrimFunc order.
+    """
+
+    # --- identity -----------------------------------------------------------------------
+    target_name = "c"
+    artifact_format = "c"
+    intrinsic_languages: tuple[str, ...] = ("c",)
+
+    # --- file text ----------------------------------------------------------------------
+    preamble = "#include <stdint.h>\n#include <stdbool.h>\n#include <stdlib.h>\n#include <math.h>\n"
+    helper_prefix = "static inline"
+
+    # --- types --------------------------------------------------------------------------
+    type_names: dict[str, str] = {
+        "bool": "bool", "int8": "int8_t", "int16": "int16_t", "int32": "int32_t", "int64": "int64_t",
+        "uint8": "uint8_t", "uint16": "uint16_t", "uint32": "uint32_t", "uint64": "uint64_t",
+        "float32": "float", "float64": "double",
+    }
+    # Element type of buffers where it differs from type_names (numpy bools are bytes).
+    storage_type_names: dict[str, str] = {"bool": "uint8_t"}
+    int_literal_suffix: dict[str, str] = {"int64": "LL", "uint64": "ULL", "uint32": "U"}
+    vector_lanes: tuple[int, ...] = ()   # lane counts with a native vector type; () = none
+
+    # --- functions and parameters ---------------------------------------------------------
+    kernel_prefix = "void"
+    buffer_prefix = ""                    # address-space keyword of pointer parameters
+    restrict = "restrict"
+    const_inputs = True                   # `const` on buffers the kernel never writes
+
+    # --- memory -------------------------------------------------------------------------
+    scope_prefix: dict[str, str] = {"global": "", "shared": "", "local": ""}
+    hoisted_scopes: tuple[str, ...] = ()  # declared at the top of the kernel (OpenCL __local)
+    heap_scopes: tuple[str, ...] = ("global",)   # malloc/free instead of an array
+    max_stack_bytes: int | None = 64 * 1024       # larger arrays go to the heap; None = never
+
+    # --- threads ------------------------------------------------------------------------
+    thread_index: dict[str, str] = {}     # {"blockIdx": "get_group_id({dim})", "threadIdx": ...}
+    barriers: dict[str, str] = {}         # {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", ...}
+
+    # --- loops --------------------------------------------------------------------------
+    parallel_pragma: str | None = "#pragma omp parallel for"
+    unroll_pragma: str | None = None
+    vectorize_pragma: str | None = None
+
+    # --- vectors (used only for lane counts in vector_lanes) ----------------------------------
+    vector_literal = "(({type})({elements}))"
+    vector_broadcast = "(({type})({value}))"
+    vector_load: str | None = None        # e.g. "vload{lanes}(0, {pointer})"
+    vector_store: str | None = None       # e.g. "vstore{lanes}({value}, 0, {pointer});"
+    vector_cast: str | None = None        # e.g. "convert_{type}({value})"
+
+    # --- math: te name -> template; {f} is float_suffix of the dtype ---------------------------
+    float_suffix: dict[str, str] = {"float32": "f", "float64": ""}
+    math_functions: dict[str, str] = {
+        **{name: name + "{f}({0})" for name in (
+            "exp", "exp2", "log", "log2", "log10", "sqrt", "tanh", "erf", "floor", "ceil", "trunc",
+            "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "fabs")},
+        "pow": "pow{f}({0}, {1})", "atan2": "atan2{f}({0}, {1})", "fmod": "fmod{f}({0}, {1})",
+        "fma": "fma{f}({0}, {1}, {2})",
+        "round": "rint{f}({0})",          # numpy rounds half to even, as rint does
+        "rsqrt": "(1.0{f} / sqrt{f}({0}))",
+        "sigmoid": "(1.0{f} / (1.0{f} + exp{f}(-({0}))))",
+        "isnan": "isnan({0})", "isinf": "isinf({0})",
+    }
+    # Min/Max per element kind; None -> a helper function of the base.
+    min_max_functions: dict[str, tuple[str, str] | None] = {
+        "float": ("fmin{f}", "fmax{f}"), "int": None, "uint": None, "bool": None,
+    }
+
+    # --- methods a dialect may override ------------------------------------------------------
+
+    def emit(self, funcs: Sequence[Any], target: Any = None) -> Artifact:
+        """Compile `funcs` into one source file; record launch geometry per kernel."""
+        funcs = list(funcs)
+        source, kernels = self.emit_source(funcs, target)
+        return Artifact(
+            target=getattr(target, "name", None) or self.target_name, format=self.artifact_format,
+            source=source, kernels=tuple(signature_of(f) for f in funcs),
+            metadata={"kernels": kernels, "emitter": type(self).__name__})
+
+    def emit_source(self, funcs: Sequence[Any], target: Any = None) -> tuple[str, dict[str, dict]]:
+        """(source text, {kernel name: metadata}) for `funcs`; the text-only half of `emit`."""
+        module = _ModuleState()
+        texts, kernels = [], {}
+        for func in funcs:
+            if not isinstance(func, tir.PrimFunc):
+                raise CompileError(f"{type(self).__name__} emits tir.PrimFunc, got {type(func).__name__}")
+            if func.name in kernels:
+                raise CompileError(f"two kernels are named {func.name!r}; kernel names must be unique")
+            writer = _KernelWriter(self, func, module, target)
+            texts.append(writer.write())
+            kernels[func.name] = writer.metadata()
+        prelude = [self.preamble.rstrip("\n")] if self.preamble else []
+        prelude += self.extensions(module.dtypes)
+        prelude += list(module.helpers.values())
+        prelude += list(module.intrinsic_code.values())
+        return "\n\n".join([*(p for p in prelude if p), *texts]) + "\n", kernels
+
+    def extensions(self, dtypes: set[str]) -> list[str]:
+        """Lines enabling dialect extensions for the element dtypes the kernels use (none in C99)."""
+        return []
+
+    def type_name(self, dtype: str) -> str:
+        """C type of a scalar or vector dtype; raises CompileError when the dialect lacks it."""
+        parsed = dtype_of(dtype)
+        if parsed.lanes > 1:
+            name = self.vector_type_name(dtype)
+            if name is None:
+                raise CompileError(f"{self.target_name}: no vector type for {dtype}")
+            return name
+        name = self.type_names.get(parsed.element)
+        if name is None:
+            raise CompileError(f"{self.target_name} cannot emit dtype {dtype!r}; supported: "
+                               f"{', '.join(sorted(self.type_names))}")
+        return name
+
+    def storage_type_name(self, dtype: str) -> str:
+        """Element type of a buffer of `dtype` (how it is laid out in memory)."""
+        return self.storage_type_names.get(dtype) or self.type_name(dtype)
+
+    def vector_type_name(self, dtype: str) -> str | None:
+        """"float32x4" -> "float4" where the dialect has the type, else None (lane-by-lane code)."""
+        parsed = dtype_of(dtype)
+        if parsed.lanes not in self.vector_lanes or parsed.is_bool:
+            return None
+        scalar = self.type_names.get(parsed.element)
+        return None if scalar is None else f"{scalar}{parsed.lanes}"
+
+    def literal(self, value: int | float, dtype: str) -> str:
+        """C text of a scalar immediate of `dtype`."""
+        parsed = dtype_of(dtype)
+        if parsed.is_bool:
+            return "true" if value else "false"
+        if parsed.is_float:
+            value = float(value)
+            if math.isnan(value):
+                return "NAN"
+            if math.isinf(value):
+                return "INFINITY" if value > 0 else "(-INFINITY)"
+            text = repr(value)
+            if "e" not in text and "." not in text:
+                text += ".0"
+            if dtype == "float32":
+                return f"{text}f"
+            return text if dtype == "float64" else f"(({self.type_name(dtype)}){text}f)"
+        value = int(value)
+        if dtype == "int32":
+            return str(value) if value > -2**31 else "(-2147483647 - 1)"
+        suffix = self.int_literal_suffix.get(dtype, "")
+        if dtype in ("int64",) and value == -2**63:
+            return f"(({self.type_name(dtype)})(-9223372036854775807{suffix} - 1))"
+        return f"(({self.type_name(dtype)}){value}{suffix})"
+
+    def cast(self, dtype: str, value: str, from_dtype: str) -> str:
+        """C text converting `value` (of from_dtype) to `dtype`; vectors use `vector_cast`."""
+        if dtype_of(dtype).lanes > 1:
+            return self.vector_cast.format(type=self.type_name(dtype), value=value)
+        if dtype == "bool":
+            return f"({value} != 0)"
+        return f"(({self.type_name(dtype)}){value})"
+
+    def math_call(self, name: str, args: Sequence[str], dtype: str) -> str | None:
+        """C text of te math function `name` on `args`, or None when `name` is no math function."""
+        template = self.math_functions.get(name)
+        if template is None:
+            return None
+        element = dtype_of(dtype).element
+        if dtype_of(dtype).is_int and name == "fabs":
+            return f"(({args[0]}) < 0 ? -({args[0]}) : ({args[0]}))"
+        suffix = self.float_suffix.get(element, "")
+        return template.format(*args, f=suffix)
+
+    def kernel_header(self, name: str, params: Sequence[str]) -> str:
+        """The line opening a kernel definition, without the `{`."""
+        return f"{self.kernel_prefix} {name}({', '.join(params) or 'void'})"
+
+    def declare_allocation(self, buffer: Any, name: str, size: int) -> tuple[list[str], list[str]]:
+        """Lines declaring an Allocate of `buffer` (`size` elements, C identifier `name`) and
+        lines releasing it after its body. Heap scopes and arrays past `max_stack_bytes` use malloc."""
+        type_name = self.storage_type_name(buffer.dtype)
+        too_big = self.max_stack_bytes is not None and size * dtype_of(buffer.dtype).bytes > self.max_stack_bytes
+        if buffer.scope in self.heap_scopes or (too_big and buffer.scope not in self.hoisted_scopes):
+            return ([f"{type_name}* {name} = ({type_name}*)malloc(sizeof({type_name}) * {size});"],
+                    [f"free({name});"])
+        return [f"{self.scope_prefix.get(buffer.scope, '')}{type_name} {name}[{size}];"], []
+
+    def loop_pragmas(self, loop: tir.For) -> list[str]:
+        """Pragma lines emitted before a loop (HLS dialects add PIPELINE/UNROLL here)."""
+        pragma = {tir.ForKind.PARALLEL: self.parallel_pragma, tir.ForKind.UNROLLED: self.unroll_pragma,
+                  tir.ForKind.VECTORIZED: self.vectorize_pragma}.get(loop.kind)
+        return [pragma] if pragma else []
+
+
+class _ModuleState:
+    """What the kernels of one source file share: helper functions, intrinsic code, dtypes."""
+
+    def __init__(self) -> None:
+        self.helpers: dict[str, str] = {}
+        self.intrinsic_code: dict[str, str] = {}
+        self.dtypes: set[str] = set()
+
+
+class _Names:
+    """Unique C identifiers for Vars and Buffers (which are identified by object identity)."""
+
+    def __init__(self, reserved: set[str]) -> None:
+        self.used = set(reserved)
+        self.by_id: dict[int, str] = {}
+
+    def bind(self, obj: object, hint: str) -> str:
+        base = re.sub(r"\W", "_", hint) or "v"
+        if base[0].isdigit():
+            base = f"v_{base}"
+        name, counter = base, 0
+        while name in self.used or name.startswith("tk_"):
+            counter += 1
+            name = f"{base}_{counter}"
+        self.used.add(name)
+        self.by_id[id(obj)] = name
+        return name
+
+    def get(self, obj: object) -> str | None:
+        return self.by_id.get(id(obj))
+
+
+def _const_int(e: tir.PrimExpr) -> int | None:
+    if isinstance(e, tir.IntImm):
+        return e.value
+    if isinstance(e, tir.Broadcast):
+        return _const_int(e.value)
+    return None
+
+
+class _KernelWriter:
+    """Writes one PrimFunc as C text through the dialect's data and methods."""
+
+    def __init__(self, dialect: CSourceEmitter, func: tir.PrimFunc, module: _ModuleState, target: Any) -> None:
+        self.d, self.func, self.module, self.target = dialect, func, module, target
+        reserved = set(_C_KEYWORDS) | set(dialect.math_functions) | set(dialect.type_names.values())
+        reserved |= {"min", "max", "fmin", "fmax", "abs", "select", "barrier", "malloc", "free", "INFINITY", "NAN"}
+        self.names = _Names(reserved)
+        self.lines: list[str] = []
+        self.depth = 1
+        self.buffers: dict[int, tir.Buffer] = {}
+        self.nonneg: set[int] = set()
+        self.array_vars: set[int] = set()    # vector lets held as arrays (lane by lane)
+        self.hoisted: set[int] = set()
+        self.serial_threads = 0              # depth inside thread loops run serially
+        self.launch: dict[tuple[str, int], int] = {}
+        self.written = self._written_buffers()
+        self.shared_bytes = 0
+
+    # --- kernel ---------------------------------------------------------------------------
+
+    def write(self) -> str:
+        func = self.func
+        self.symbol = self.names.bind(func, func.name)
+        self._collect_launch(func.body)
+        params = []
+        for p in func.params:
+            if isinstance(p, tir.Buffer):
+                name = self.names.bind(p, p.name)
+                self.buffers[id(p)] = p
+                self.module.dtypes.add(dtype_of(p.dtype).element)
+                const = "const " if self.d.const_inputs and p.name not in self.written else ""
+                restrict = f"{self.d.restrict} " if self.d.restrict else ""
+                params.append(f"{const}{self.d.buffer_prefix}{self.d.storage_type_name(p.dtype)}* {restrict}{name}")
+            else:
+                name = self.names.bind(p, p.name)
+                self.module.dtypes.add(dtype_of(p.dtype).element)
+                params.append(f"{self.d.type_name(p.dtype)} {name}")
+        self._hoist_allocations(func.body)
+        self.stmt(func.body)
+        body = self.lines
+        self.lines = []
+        return "\n".join([self.d.kernel_header(self.symbol, params) + " {", *self.hoisted_lines, *body, "}"])
+
+    def metadata(self) -> dict[str, Any]:
+        grid, block = [1, 1, 1], [1, 1, 1]
+        for (kind, dim), extent in self.launch.items():
+            (grid if kind == "blockIdx" else block)[dim] = extent
+        return {"symbol": self.symbol, **LaunchGeometry(tuple(grid), tuple(block)).to_dict(),
+                "written": sorted(self.written), "shared_bytes": self.shared_bytes}
+
+    def _written_buffers(self) -> set[str]:
+        written: set[str] = set()
+
+        def visit(node):
+            if isinstance(node, tir.Store):
+                written.add(node.buffer.name)
+            elif isinstance(node, tir.BufferPointer):   # intrinsics may write through pointers
+                written.add(node.buffer.name)
+        post_order_visit(self.func.body, visit)
+        return written
+
+    def _collect_launch(self, body: tir.Stmt) -> None:
+        def visit(node):
+            if isinstance(node, tir.For) and node.kind is tir.ForKind.THREAD_BINDING:
+                kind, dim = parse_thread_tag(node.thread_tag)
+                if kind not in self.d.thread_index:
+                    return
+                if not isinstance(node.extent, tir.IntImm):
+                    raise CompileError(f"kernel {self.func.name}: loop {node.loop_var.name} bound to "
+                                       f"{node.thread_tag} has a non-constant extent {node.extent}")
+                self.launch[(kind, dim)] = max(self.launch.get((kind, dim), 1), node.extent.value)
+        post_order_visit(body, visit)
+
+    def _hoist_allocations(self, body: tir.Stmt) -> None:
+        self.hoisted_lines: list[str] = []
+
+        def visit(node):
+            if isinstance(node, tir.Allocate) and node.buffer.scope in self.d.hoisted_scopes:
+                before, _ = self._allocation_lines(node.buffer)
+                self.hoisted_lines.extend("    " + line for line in before)
+                self.hoisted.add(id(node))
+        post_order_visit(body, visit)
+
+    def _allocation_lines(self, buffer: tir.Buffer) -> tuple[list[str], list[str]]:
+        size = 1
+        for dim in buffer.shape:
+            if not isinstance(dim, tir.IntImm):
+                raise CompileError(f"kernel {self.func.name}: allocation {buffer.name} has a non-constant "
+                                   f"dimension {dim}; bound it with a constant split factor")
+            size *= dim.value
+        name = self.names.bind(buffer, buffer.name)
+        self.buffers[id(buffer)] = buffer
+        self.module.dtypes.add(dtype_of(buffer.dtype).element)
+        if buffer.scope == "shared":
+            self.shared_bytes += size * dtype_of(buffer.dtype).bytes
+        return self.d.declare_allocation(buffer, name, max(size, 1))
+
+    # --- statements -----------------------------------------------------------------------
+
+    def line(self, text: str) -> None:
+        self.lines.append("    " * self.depth + text)
+
+    def block(self, stmt: tir.Stmt) -> None:
+        self.depth += 1
+        self.stmt(stmt)
+        self.depth -= 1
+
+    def stmt(self, s: tir.Stmt) -> None:
+        method = getattr(self, f"_stmt_{type(s).__name__}", None)
+        if method is None:
+            raise CompileError(f"{self.d.target_name}: cannot emit statement {type(s).__name__}:\n{s}")
+        method(s)
+
+    def _stmt_SeqStmt(self, s: tir.SeqStmt) -> None:
+        for child in s.stmts:
+            self.stmt(child)
+
+    def _stmt_Evaluate(self, s: tir.Evaluate) -> None:
+        if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
+            self.line(f"{self.expr(s.value)};")
+
+    def _stmt_IfThenElse(self, s: tir.IfThenElse) -> None:
+        self.line(f"if ({_strip(self.expr(s.condition))}) {{")
+        self.block(s.then_case)
+        if s.else_case is not None:
+            self.line("} else {")
+            self.block(s.else_case)
+        self.line("}")
+
+    def _stmt_LetStmt(self, s: tir.LetStmt) -> None:
+        name = self.names.bind(s.var, s.var.name)
+        if self._is_nonneg(s.value):
+            self.nonneg.add(id(s.var))
+        if s.value.lanes == 1:
+            self.line(f"{self.d.type_name(s.value.dtype)} {name} = {_strip(self.expr(s.value))};")
+        else:   # held as an array so both vector and lane-by-lane code can read it
+            self.array_vars.add(id(s.var))
+            element = dtype_of(s.value.dtype).element
+            self.line(f"{self.d.type_name(element)} {name}[{s.value.lanes}];")
+            self._lane_loop(s.value.lanes, lambda lane: f"{name}[{lane}] = {_strip(self.expr(s.value, lane))};")
+        self.stmt(s.body)
+
+    def _stmt_Barrier(self, s: tir.Barrier) -> None:
+        text = self.d.barriers.get(s.scope)
+        if text is not None and self.serial_threads == 0:
+            self.line(text)
+        elif self.serial_threads:
+            raise CompileError(f"kernel {self.func.name}: barrier({s.scope}) inside thread-bound loops, but "
+                               f"{self.d.target_name} runs thread-bound loops serially and has no barrier; "
+                               "use a target with threads or a schedule without shared-memory stages")
+        # outside any thread loop a serial program needs no barrier
+
+    def _stmt_Allocate(self, s: tir.Allocate) -> None:
+        if id(s) in self.hoisted:
+            self.stmt(s.body)
+            return
+        if s.buffer.scope == "global" and self.d.thread_index:
+            self._check_private_global(s)
+        before, after = self._allocation_lines(s.buffer)
+        self.line("{")
+        self.depth += 1
+        for text in before:
+            self.line(text)
+        self.stmt(s.body)
+        for text in after:
+            self.line(text)
+        self.depth -= 1
+        self.line("}")
+
+    def _check_private_global(self, s: tir.Allocate) -> None:
+        """A global intermediate inside one kernel is private to each thread: refuse it when threads share it."""
+        def visit(node):
+            if isinstance(node, tir.For) and node.kind is tir.ForKind.THREAD_BINDING:
+                stores = []
+                post_order_visit(node.body, lambda x: stores.append(x) if isinstance(x, tir.Store)
+                                 and x.buffer.name == s.buffer.name else None)
+                if stores:
+                    raise CompileError(
+                        f"kernel {self.func.name}: intermediate {s.buffer.name} (scope global) is written by "
+                        f"loop {node.loop_var.name} bound to {node.thread_tag}, so threads would need to share "
+                        "it; compute it at (compute_at) the consumer's thread loops, inline it, or cache it in "
+                        "'shared' scope with a barrier")
+        post_order_visit(s.body, visit)
+
+    def _stmt_For(self, s: tir.For) -> None:
+        loop_type = self.d.type_name(s.loop_var.dtype)
+        if s.kind is tir.ForKind.THREAD_BINDING:
+            kind, dim = parse_thread_tag(s.thread_tag)
+            if kind in self.d.thread_index:
+                self._thread_loop(s, kind, dim, loop_type)
+                return
+            self.serial_threads += 1
+        name = self.names.bind(s.loop_var, s.loop_var.name)
+        if self._is_nonneg(s.min):
+            self.nonneg.add(id(s.loop_var))
+        start = _strip(self.expr(s.min))
+        end = self.expr(s.extent) if _const_int(s.min) == 0 else f"{self.expr(s.min)} + {self.expr(s.extent)}"
+        for pragma in self.d.loop_pragmas(s):
+            self.line(pragma)
+        self.line(f"for ({loop_type} {name} = {start}; {name} < {_strip(end)}; ++{name}) {{")
+        self.block(s.body)
+        self.line("}")
+        if s.kind is tir.ForKind.THREAD_BINDING:
+            self.serial_threads -= 1
+
+    def _thread_loop(self, s: tir.For, kind: str, dim: int, loop_type: str) -> None:
+        index = self.d.thread_index[kind].format(dim=dim)
+        name = self.names.bind(s.loop_var, s.loop_var.name)
+        if self._is_nonneg(s.min):
+            self.nonneg.add(id(s.loop_var))
+        offset = "" if _const_int(s.min) == 0 else f" + {self.expr(s.min)}"
+        self.line("{")
+        self.depth += 1
+        self.line(f"{loop_type} {name} = ({loop_type}){index}{offset};")
+        guarded = s.extent.value < self.launch[(kind, dim)]
+        if guarded:
+            self._refuse_barrier_under_guard(s)
+            self.line(f"if (({loop_type}){index} < {self.expr(s.extent)}) {{")
+            self.block(s.body)
+            self.line("}")
+        else:
+            self.stmt(s.body)
+        self.depth -= 1
+        self.line("}")
+
+    def _refuse_barrier_under_guard(self, s: tir.For) -> None:
+        found = []
+        post_order_visit(s.body, lambda x: found.append(x) if isinstance(x, tir.Barrier) else None)
+        if found:
+            raise CompileError(
+                f"kernel {self.func.name}: loop {s.loop_var.name} bound to {s.thread_tag} has extent {s.extent} "
+                f"but the launch has {self.launch[parse_thread_tag(s.thread_tag)]} threads there, and its body "
+                "holds a barrier that the idle threads would skip; bind loops of equal extent to that axis")
+
+    def _stmt_Store(self, s: tir.Store) -> None:
+        buffer = self.buffer_name(s.buffer)
+        lanes = s.value.lanes
+        if lanes == 1:
+            text = f"{buffer}[{_strip(self.expr(s.index))}] = {_strip(self.expr(s.value))};"
+            self.line(text if s.predicate is None else f"if ({_strip(self.expr(s.predicate))}) {text}")
+            return
+        stride = _const_int(s.index.stride) if isinstance(s.index, tir.Ramp) else None
+        if (self.d.vector_store and stride == 1 and s.predicate is None and self._is_vector(s.value)):
+            pointer = f"{buffer} + {self.expr(s.index.base)}"
+            self.line(self.d.vector_store.format(value=_strip(self.expr(s.value)), pointer=pointer, lanes=lanes))
+            return
+
+        def lane_store(lane: str) -> str:
+            text = f"{buffer}[{_strip(self.expr(s.index, lane))}] = {_strip(self.expr(s.value, lane))};"
+            return text if s.predicate is None else f"if ({_strip(self.expr(s.predicate, lane))}) {text}"
+        self._lane_loop(lanes, lane_store)
+
+    def _lane_loop(self, lanes: int, body) -> None:
+        lane = self.names.bind(object(), "lane")
+        self.line(f"for (int {lane} = 0; {lane} < {lanes}; ++{lane}) {{")
+        self.depth += 1
+        self.line(body(lane))
+        self.depth -= 1
+        self.line("}")
+
+    # --- expressions ------------------------------------------------------------------------
+
+    def buffer_name(self, buffer: tir.Buffer) -> str:
+        name = self.names.get(buffer)
+        if name is not None:
+            return name
+        # Passes may rebuild a Buffer (e.g. flattened); fall back to a unique name match.
+        same = [b for b in self.buffers.values() if b.name == buffer.name]
+        if len(same) == 1:
+            return self.names.get(same[0])
+        raise CompileError(f"kernel {self.func.name} uses buffer {buffer.name}, which is neither a parameter "
+                           "nor allocated in the kernel")
+
+    def var_name(self, var: tir.Var) -> str:
+        name = self.names.get(var)
+        if name is None:
+            raise CompileError(f"kernel {self.func.name} uses variable {var.name} before it is defined "
+                               "(not a parameter, loop variable or let)")
+        return name
+
+    def expr(self, e: tir.PrimExpr, lane: str | None = None) -> str:
+        """C text of `e`; with `lane`, a vector `e` is evaluated at that lane (a C expression)."""
+        lanes = _lanes(e)
+        if lanes == 1:
+            lane = None
+        method = getattr(self, f"_expr_{type(e).__name__}", None)
+        if method is None:
+            if isinstance(e, tir.CompareOp):
+                method = self._expr_compare
+            elif isinstance(e, tir.BinaryOp):
+                method = self._expr_binary
+            else:
+                raise CompileError(f"{self.d.target_name}: cannot emit expression {type(e).__name__}: {e}")
+        if lanes > 1 and lane is None and not self._is_vector(e):
+            raise CompileError(f"{self.d.target_name}: vector expression {e} has no vector form here")
+        if e.dtype not in _NO_VALUE:
+            self.module.dtypes.add(dtype_of(e.dtype).element)
+        return method(e, lane)
+
+    def _expr_IntImm(self, e, lane):
+        return self.d.literal(e.value, e.dtype)
+
+    def _expr_FloatImm(self, e, lane):
+        return self.d.literal(e.value, e.dtype)
+
+    def _expr_StringImm(self, e, lane):
+        return '"' + e.value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    def _expr_Var(self, e, lane):
+        name = self.var_name(e)
+        return f"{name}[{lane}]" if id(e) in self.array_vars else name
+
+    def _expr_binary(self, e, lane):
+        a, b = self.expr(e.a, lane), self.expr(e.b, lane)
+        element = dtype_of(e.dtype)
+        if isinstance(e, (tir.Min, tir.Max)):
+            return self._min_max(e, a, b)
+        if isinstance(e, (tir.FloorDiv, tir.FloorMod)):
+            is_div = isinstance(e, tir.FloorDiv)
+            if element.is_float:
+                floor = self.d.math_call("floor", [f"{a} / {b}"], e.dtype)
+                return floor if is_div else f"({a} - {floor} * {b})"
+            if not element.is_signed or (self._is_nonneg(e.a) and (_const_int(e.b) or 0) > 0):
+                return f"({a} {'/' if is_div else '%'} {b})"
+            return f"{self._helper('floordiv' if is_div else 'floormod', e.dtype)}({_strip(a)}, {_strip(b)})"
+        return f"({a} {e.symbol} {b})"
+
+    def _expr_compare(self, e, lane):
+        return f"({self.expr(e.a, lane)} {e.symbol} {self.expr(e.b, lane)})"
+
+    def _min_max(self, e, a, b):
+        kind = dtype_of(e.dtype).kind
+        pair = self.d.min_max_functions.get(kind)
+        is_min = isinstance(e, tir.Min)
+        if pair is None:
+            return f"{self._helper('min' if is_min else 'max', e.dtype)}({_strip(a)}, {_strip(b)})"
+        suffix = self.d.float_suffix.get(dtype_of(e.dtype).element, "")
+        return f"{pair[0 if is_min else 1].format(f=suffix)}({_strip(a)}, {_strip(b)})"
+
+    def _expr_Not(self, e, lane):
+        return f"(!{self.expr(e.a, lane)})"
+
+    def _expr_Select(self, e, lane):
+        return f"({self.expr(e.condition, lane)} ? {self.expr(e.true_value, lane)} : {self.expr(e.false_value, lane)})"
+
+    def _expr_Cast(self, e, lane):
+        dtype = e.dtype if lane is None else dtype_of(e.dtype).element
+        return self.d.cast(dtype, self.expr(e.value, lane), e.value.dtype)
+
+    def _expr_Ramp(self, e, lane):
+        if lane is None:
+            elements = ", ".join(self._ramp_lane(e, str(i)) for i in range(e.lanes_count))
+            return self.d.vector_literal.format(type=self.d.type_name(e.dtype), elements=elements)
+        return self._ramp_lane(e, lane)
+
+    def _ramp_lane(self, e: tir.Ramp, lane: str) -> str:
+        if lane == "0":
+            return self.expr(e.base)
+        stride = self.expr(e.stride)
+        offset = lane if _const_int(e.stride) == 1 else f"{stride} * {lane}"
+        return f"({self.expr(e.base)} + {offset})"
+
+    def _expr_Broadcast(self, e, lane):
+        if lane is None:
+            return self.d.vector_broadcast.format(type=self.d.type_name(e.dtype), value=_strip(self.expr(e.value)))
+        return self.expr(e.value)
+
+    def _expr_Load(self, e, lane):
+        buffer = self.buffer_name(e.buffer)
+        if lane is None and e.lanes > 1:
+            stride = _const_int(e.index.stride) if isinstance(e.index, tir.Ramp) else None
+            if stride == 1 and self.d.vector_load and e.predicate is None:
+                return self.d.vector_load.format(pointer=f"{buffer} + {self.expr(e.index.base)}", lanes=e.lanes)
+            elements = ", ".join(self._expr_Load(e, str(i)) for i in range(e.lanes))
+            return self.d.vector_literal.format(type=self.d.type_name(e.dtype), elements=elements)
+        text = f"{buffer}[{_strip(self.expr(e.index, lane))}]"
+        if e.predicate is None:
+            return text
+        zero = self.d.literal(0, dtype_of(e.dtype).element)
+        return f"({self.expr(e.predicate, lane)} ? {text} : {zero})"
+
+    def _expr_BufferPointer(self, e, lane):
+        return f"({self.buffer_name(e.buffer)} + {self.expr(e.index)})"
+
+    def _expr_Call(self, e, lane):
+        args = [_strip(self.expr(a, lane)) for a in e.args]
+        dtype = e.args[0].dtype if e.args else e.dtype
+        if lane is not None:
+            dtype = dtype_of(dtype).element
+        text = self.d.math_call(e.name, args, dtype)
+        if text is not None:
+            return text
+        return f"{self._intrinsic_symbol(e.name)}({', '.join(args)})"
+
+    def _intrinsic_symbol(self, name: str) -> str:
+        # tir.lower records ("tensor_intrinsics", (TensorIntrin, ...)); hand-built funcs may
+        # carry ("intrinsics", {name: TensorIntrin}).
+        intrinsics = dict(self.func.attr("intrinsics") or {})
+        intrinsics.update({i.name: i for i in self.func.attr("tensor_intrinsics") or ()})
+        intrin = intrinsics.get(name)
+        if intrin is None:
+            raise CompileError(f"kernel {self.func.name} calls {name!r}, which is neither a math function of "
+                               f"{self.d.target_name} nor an intrinsic in func.attr('intrinsics') "
+                               f"(it has: {', '.join(sorted(intrinsics)) or 'none'})")
+        implementations = getattr(intrin, "implementations", {}) or {}
+        target_names = [getattr(self.target, "name", None), self.d.target_name]
+        target_names += list(getattr(getattr(self.target, "manifest", None), "plugin", None) and
+                             self.target.manifest.plugin.aliases or ())
+        for key in target_names:
+            impl = implementations.get(key) if key else None
+            if impl is not None and getattr(impl, "language", None) in self.d.intrinsic_languages:
+                symbol = getattr(impl, "symbol", None) or name
+                self.module.intrinsic_code.setdefault(symbol, getattr(impl, "code", "") or "")
+                return symbol
+        raise CompileError(f"intrinsic {name!r} has no implementation in {'/'.join(self.d.intrinsic_languages)} "
+                           f"for target {self.d.target_name}; it has implementations for: "
+                           f"{', '.join(sorted(implementations)) or 'none'}")
+
+    # --- analyses ---------------------------------------------------------------------------
+
+    def _is_vector(self, e: tir.PrimExpr) -> bool:
+        """Whether `e` can be written with the dialect's vector types (else: lane by lane)."""
+        if _lanes(e) == 1:
+            return True
+        if self.d.vector_type_name(e.dtype) is None:
+            return False
+        if isinstance(e, (tir.Ramp, tir.Broadcast)):
+            return True
+        if isinstance(e, tir.Load):
+            return e.predicate is None
+        if isinstance(e, (tir.Add, tir.Sub, tir.Mul, tir.Div, tir.Min, tir.Max)):
+            return self._is_vector(e.a) and self._is_vector(e.b)
+        if isinstance(e, (tir.FloorDiv, tir.FloorMod)):
+            return (dtype_of(e.dtype).is_int and self._is_nonneg(e.a) and (_const_int(e.b) or 0) > 0
+                    and self._is_vector(e.a) and self._is_vector(e.b))
+        if isinstance(e, tir.Cast):
+            return self.d.vector_cast is not None and self._is_vector(e.value) \
+                and self.d.vector_type_name(e.value.dtype) is not None
+        if isinstance(e, tir.Call):
+            return e.name in self.d.math_functions and e.name not in ("isnan", "isinf") \
+                and all(self._is_vector(a) for a in e.args)
+        return False
+
+    def _is_nonneg(self, e: tir.PrimExpr) -> bool:
+        """Conservative proof that an integer expression is >= 0 (lets / and % replace floor ops)."""
+        if e.dtype in _NO_VALUE:
+            return False
+        if isinstance(e, tir.IntImm):
+            return e.value >= 0
+        if isinstance(e, tir.Var):
+            return id(e) in self.nonneg or not dtype_of(e.dtype).is_signed
+        if isinstance(e, (tir.Add, tir.Mul, tir.Div, tir.FloorDiv, tir.Min, tir.Max)):
+            return self._is_nonneg(e.a) and self._is_nonneg(e.b)
+        if isinstance(e, tir.FloorMod):
+            return (_const_int(e.b) or 0) > 0 or (self._is_nonneg(e.a) and self._is_nonneg(e.b))
+        if isinstance(e, tir.Ramp):
+            return self._is_nonneg(e.base) and self._is_nonneg(e.stride)
+        if isinstance(e, tir.Broadcast):
+            return self._is_nonneg(e.value)
+        if isinstance(e, tir.Select):
+            return self._is_nonneg(e.true_value) and self._is_nonneg(e.false_value)
+        if isinstance(e, tir.Cast):
+            return dtype_of(e.dtype).is_int and self._is_nonneg(e.value)
+        return not dtype_of(e.dtype).is_signed and dtype_of(e.dtype).is_int
+
+    def _helper(self, op: str, dtype: str) -> str:
+        """Name of a helper function (floordiv, floormod, min, max) for `dtype`, defined once per file."""
+        element = dtype_of(dtype).element
+        name = f"tk_{op}_{element}"
+        if name not in self.module.helpers:
+            t = self.d.type_name(element)
+            prefix = self.d.helper_prefix
+            body = {
+                "floordiv": f"{t} q = a / b; {t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;",
+                "floormod": f"{t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
+                "min": "return a < b ? a : b;",
+                "max": "return a > b ? a : b;",
+            }[op]
+            self.module.helpers[name] = f"{prefix} {t} {name}({t} a, {t} b) {{ {body} }}"
+        return name
+
+
+_NO_VALUE = ("void", "handle")
+
+
+def _lanes(e: tir.PrimExpr) -> int:
+    """Lanes of `e`; intrinsic calls of dtype "void" and pointers count as scalars."""
+    return 1 if e.dtype in _NO_VALUE else e.lanes
+
+
+def _strip(text: str) -> str:
+    """Drop one pair of outer parentheses when they enclose the whole text."""
+    if len(text) < 2 or text[0] != "(" or text[-1] != ")":
+        return text
+    depth = 0
+    for i, char in enumerate(text):
+        depth += char == "("
+        depth -= char == ")"
+        if depth == 0 and i < len(text) - 1:
+            return text
+    return text[1:-1]

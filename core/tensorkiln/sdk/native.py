@@ -1,0 +1,343 @@
+"""The native calling convention shared by every plugin that produces machine code.
+
+Who uses it: a plugin whose emitter produces native code (cpu_llvm, a plain-C
+plugin) makes each kernel a C-ABI *packed function*, and runs it through
+`NativeKernel`; `tensorkiln.runtime.load_module` loads an exported shared library
+through `load_native_library` without the plugin's compiler (no llvmlite).
+
+The ABI, as C::
+
+    typedef struct TKArg {
+      void*          data;        // buffer base address; NULL for scalar parameters
+      const int64_t* shape;       // ndim extents
+      const int64_t* strides;     // element strides, or NULL when the array is C-contiguous
+      int32_t        ndim;        // 0 for scalar parameters
+      uint8_t        dtype_code;  // DTYPE_CODES: 0 int, 1 uint, 2 float, 3 bool, 4 handle
+      uint8_t        dtype_bits;
+      uint16_t       dtype_lanes;
+      union { int64_t i; double f; } value;  // scalar parameters: ints in .i, floats in .f
+    } TKArg;                       // 40 bytes
+
+    int32_t NAME(TKArg* args, int32_t nargs);   // 0 on success, else an error code
+
+Generated code checks nargs, then for every argument its ndim, dtype, data
+pointer, shape and strides, *before* it touches memory, and returns the first
+mismatch as `encode_error(argument_index, field, dim)`. The Python side checks the
+same things first (a non-contiguous or wrong-dtype array never reaches native
+code) and turns any code into a `RuntimeLaunchError` naming kernel, argument and
+field.
+
+An exported library also defines `char tensorkiln_metadata[]` (JSON: format
+version, target, kernel signatures) and may define `int32_t tensorkiln_num_threads`
+(threads for parallel loops; 0 = all cores), which `set_num_threads` writes.
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import numbers
+import weakref
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from ..ir.dtypes import dtype_of, to_numpy
+from ..ir.errors import ArtifactError, RuntimeLaunchError
+from .codegen import Artifact, KernelFunction, KernelSignature, LoadedModule, ParamSpec
+
+__all__ = [
+    "TKArg", "DTYPE_CODES", "ERROR_NARGS", "FIELD_NDIM", "FIELD_DTYPE", "FIELD_DATA", "FIELD_STRIDES",
+    "FIELD_SHAPE", "encode_error", "describe_error", "check_arguments", "NativeKernel", "NativeModule",
+    "METADATA_SYMBOL", "NUM_THREADS_SYMBOL", "METADATA_FORMAT_VERSION", "metadata_json", "read_metadata",
+    "load_native_library", "set_num_threads", "get_num_threads",
+]
+
+
+class TKArg(ctypes.Structure):
+    """One argument of a packed native kernel (see the module docstring for the C layout)."""
+
+    class _Value(ctypes.Union):
+        _fields_ = [("i", ctypes.c_int64), ("f", ctypes.c_double)]
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("ndim", ctypes.c_int32),
+        ("dtype_code", ctypes.c_uint8),
+        ("dtype_bits", ctypes.c_uint8),
+        ("dtype_lanes", ctypes.c_uint16),
+        ("value", _Value),
+    ]
+
+
+DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bool": 3, "handle": 4}
+
+ERROR_NARGS = 1
+"""Returned when nargs differs from the kernel's parameter count."""
+FIELD_NDIM, FIELD_DTYPE, FIELD_DATA, FIELD_STRIDES, FIELD_SHAPE = 1, 2, 3, 4, 16
+"""Which field of argument i was wrong; FIELD_SHAPE + d names dimension d."""
+
+METADATA_SYMBOL = "tensorkiln_metadata"
+NUM_THREADS_SYMBOL = "tensorkiln_num_threads"
+METADATA_FORMAT_VERSION = 1
+
+
+def encode_error(argument_index: int, field: int, dim: int = 0) -> int:
+    """The error code generated code returns for argument `argument_index` (0-based)."""
+    return ((argument_index + 1) << 8) | (field + dim if field == FIELD_SHAPE else field)
+
+
+def dtype_fields(dtype: str) -> tuple[int, int, int]:
+    """(code, bits, lanes) of a dtype as TKArg stores them."""
+    parsed = dtype_of(dtype)
+    return DTYPE_CODES[parsed.kind], parsed.bits, parsed.lanes
+
+
+# -- checks on the Python side -------------------------------------------------------------
+
+
+def _argument_label(signature: KernelSignature, index: int) -> str:
+    return f"{signature.name}: argument {index} {signature.params[index].name!r}"
+
+
+def _check_scalar(signature: KernelSignature, index: int, spec: ParamSpec, value: Any) -> None:
+    label = _argument_label(signature, index)
+    parsed = dtype_of(spec.dtype)
+    if isinstance(value, np.ndarray) or not isinstance(value, (numbers.Number, np.generic)):
+        raise RuntimeLaunchError(f"{label} must be a Python number of dtype {spec.dtype}, got {type(value).__name__}")
+    if not parsed.is_float and not isinstance(value, (numbers.Integral, np.integer, np.bool_)):
+        raise RuntimeLaunchError(f"{label} has dtype {spec.dtype} and must be an integer, got {value!r}")
+
+
+def _check_buffer(signature: KernelSignature, index: int, spec: ParamSpec, value: Any) -> None:
+    label = _argument_label(signature, index)
+    if not isinstance(value, np.ndarray):
+        raise RuntimeLaunchError(
+            f"{label} must be a numpy.ndarray of dtype {spec.dtype} and shape {spec.shape}, got {type(value).__name__}")
+    expected = to_numpy(spec.dtype)
+    if value.dtype != expected:
+        raise RuntimeLaunchError(f"{label} has dtype {value.dtype}, expected {spec.dtype}; convert it with "
+                                 f".astype(numpy.{expected.name})")
+    if value.ndim != len(spec.shape):
+        raise RuntimeLaunchError(f"{label} has {value.ndim} dimensions {value.shape}, expected "
+                                 f"{len(spec.shape)} dimensions {spec.shape}")
+    if tuple(value.shape) != tuple(spec.shape):
+        raise RuntimeLaunchError(f"{label} has shape {tuple(value.shape)}, expected {tuple(spec.shape)}")
+    if not value.flags.c_contiguous:
+        raise RuntimeLaunchError(f"{label} is not C-contiguous (strides {value.strides}); pass "
+                                 "numpy.ascontiguousarray(x)")
+
+
+def check_arguments(signature: KernelSignature, args: Sequence[Any]) -> None:
+    """Raise RuntimeLaunchError for the first argument that does not fit `signature`.
+
+    Called by every native kernel before it builds TKArgs, so that a wrong array
+    never reaches generated code (which checks again, for callers that bypass Python).
+    """
+    if len(args) != len(signature.params):
+        names = ", ".join(p.name for p in signature.params)
+        raise RuntimeLaunchError(f"{signature.name}: expected {len(signature.params)} arguments ({names}), "
+                                 f"got {len(args)}")
+    for index, (spec, value) in enumerate(zip(signature.params, args)):
+        if spec.kind == "scalar":
+            _check_scalar(signature, index, spec, value)
+        else:
+            _check_buffer(signature, index, spec, value)
+
+
+def describe_error(signature: KernelSignature, code: int, args: Sequence[Any] | None = None) -> str:
+    """Turn a nonzero code from generated code into a message naming argument and field."""
+    if code == ERROR_NARGS:
+        return f"{signature.name}: native code rejected the argument count (expected {len(signature.params)})"
+    index, field = (code >> 8) - 1, code & 0xFF
+    if not 0 <= index < len(signature.params):
+        return f"{signature.name}: native code failed with error code {code}"
+    spec = signature.params[index]
+    label = _argument_label(signature, index)
+    value = args[index] if args is not None and index < len(args) else None
+    if field == FIELD_NDIM:
+        return f"{label} has the wrong number of dimensions, expected {len(spec.shape)}"
+    if field == FIELD_DTYPE:
+        return f"{label} has the wrong dtype, expected {spec.dtype}"
+    if field == FIELD_DATA:
+        return f"{label} has a NULL data pointer"
+    if field == FIELD_STRIDES:
+        return f"{label} is not C-contiguous"
+    if field >= FIELD_SHAPE:
+        got = tuple(value.shape) if isinstance(value, np.ndarray) else f"dimension {field - FIELD_SHAPE} wrong"
+        return f"{label} has shape {got}, expected {tuple(spec.shape)}"
+    return f"{label} was rejected by native code (error code {code})"
+
+
+# -- calling a packed function -------------------------------------------------------------
+
+PACKED_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(TKArg), ctypes.c_int32)
+
+
+def _pack(signature: KernelSignature, args: Sequence[Any]) -> tuple[ctypes.Array, list]:
+    packed = (TKArg * max(1, len(args)))()
+    keepalive: list = []
+    for slot, spec, value in zip(packed, signature.params, args):
+        slot.dtype_code, slot.dtype_bits, slot.dtype_lanes = dtype_fields(spec.dtype)
+        if spec.kind == "scalar":
+            slot.ndim = 0
+            if dtype_of(spec.dtype).is_float:
+                slot.value.f = float(value)
+            else:
+                slot.value.i = int(value)
+            continue
+        shape = (ctypes.c_int64 * max(1, value.ndim))(*value.shape)
+        keepalive.append(shape)
+        slot.data = value.ctypes.data
+        slot.shape = shape
+        slot.strides = None  # checked C-contiguous above
+        slot.ndim = value.ndim
+    return packed, keepalive
+
+
+class NativeKernel(KernelFunction):
+    """A packed native function at `address`; calls check arguments in Python, then in native code.
+
+    `owner` keeps whatever holds the code (a JIT engine, a ctypes library) alive.
+    """
+
+    def __init__(self, signature: KernelSignature, address: int, owner: Any) -> None:
+        self.signature = signature
+        self._function = PACKED_FUNCTION(address)
+        self._owner = owner
+
+    def __call__(self, *args: Any) -> None:
+        check_arguments(self.signature, args)
+        packed, keepalive = _pack(self.signature, args)
+        code = self._function(packed, len(args))
+        del keepalive
+        if code != 0:
+            raise RuntimeLaunchError(describe_error(self.signature, code, args))
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{p.name}: {p.dtype}{list(p.shape) if p.kind == 'buffer' else ''}"
+                           for p in self.signature.params)
+        return f"<NativeKernel {self.signature.name}({params})>"
+
+
+# -- threads ------------------------------------------------------------------------------
+
+_live_modules: "weakref.WeakSet[NativeModule]" = weakref.WeakSet()
+_thread_override: int | None = None
+
+
+def set_num_threads(count: int) -> None:
+    """Threads for parallel loops of every loaded native module, now and later (0 = all cores).
+
+    A runtime setting (like `omp_set_num_threads`), it overrides each module's
+    `-num_threads` target option until called again.
+    """
+    global _thread_override
+    if int(count) < 0:
+        raise RuntimeLaunchError(f"set_num_threads: count must be >= 0 (0 = all cores), got {count}")
+    _thread_override = int(count)
+    for module in list(_live_modules):
+        module.set_num_threads(_thread_override)
+
+
+def get_num_threads() -> int | None:
+    """The value last given to `set_num_threads`, or None when modules use their target option."""
+    return _thread_override
+
+
+class NativeModule(LoadedModule):
+    """Kernels of native code whose packed functions and globals are found by `lookup(symbol)`.
+
+    `lookup` returns an address or 0. Subclasses: the cpu_llvm JIT module (MCJIT) and
+    the ctypes library module made by `load_native_library`.
+    """
+
+    def __init__(self, artifact: Artifact, lookup, owner: Any) -> None:
+        self.artifact = artifact
+        self._lookup = lookup
+        self._owner = owner
+        self._functions: dict[str, NativeKernel] = {}
+        _live_modules.add(self)
+        if _thread_override is not None:
+            self.set_num_threads(_thread_override)
+
+    def get_function(self, name: str) -> NativeKernel:
+        if name not in self._functions:
+            signature = self.artifact.kernel(name)
+            symbol = self.artifact.metadata.get("symbols", {}).get(name, name)
+            address = self._lookup(symbol)
+            if not address:
+                raise ArtifactError(f"kernel {name!r}: symbol {symbol!r} is missing from the loaded code")
+            self._functions[name] = NativeKernel(signature, address, self._owner)
+        return self._functions[name]
+
+    def set_num_threads(self, count: int) -> None:
+        """Threads for this module's parallel loops (0 = all cores)."""
+        address = self._lookup(NUM_THREADS_SYMBOL)
+        if address:
+            ctypes.c_int32.from_address(address).value = int(count)
+
+    def get_num_threads(self) -> int | None:
+        address = self._lookup(NUM_THREADS_SYMBOL)
+        return ctypes.c_int32.from_address(address).value if address else None
+
+
+# -- metadata and shared libraries ---------------------------------------------------------
+
+
+def metadata_json(artifact_target: str, kernels: Iterable[KernelSignature], extra: dict | None = None) -> str:
+    """The JSON a native library embeds as `tensorkiln_metadata` (read back by `read_metadata`)."""
+    record = {
+        "format_version": METADATA_FORMAT_VERSION,
+        "target": artifact_target,
+        "kernels": [{"name": k.name,
+                     "params": [{"name": p.name, "kind": p.kind, "dtype": p.dtype, "shape": list(p.shape)}
+                                for p in k.params]}
+                    for k in kernels],
+        **(extra or {}),
+    }
+    return json.dumps(record, sort_keys=True)
+
+
+def read_metadata(text: str, origin: str) -> dict:
+    """Parse and validate embedded metadata; `origin` names the file in errors."""
+    try:
+        record = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ArtifactError(f"{origin}: {METADATA_SYMBOL} is not valid JSON ({error})") from None
+    version = record.get("format_version")
+    if version != METADATA_FORMAT_VERSION:
+        raise ArtifactError(f"{origin}: metadata format version {version!r} is not supported "
+                            f"(this tensorkiln reads version {METADATA_FORMAT_VERSION}); rebuild the library")
+    return record
+
+
+def _signatures(record: dict) -> tuple[KernelSignature, ...]:
+    return tuple(
+        KernelSignature(k["name"], tuple(ParamSpec(p["name"], p["kind"], p["dtype"], tuple(p["shape"]))
+                                         for p in k["params"]))
+        for k in record["kernels"])
+
+
+def load_native_library(path: str) -> NativeModule:
+    """Load a shared library exported by a native plugin; needs only ctypes and numpy."""
+    try:
+        library = ctypes.CDLL(str(path))
+    except OSError as error:
+        raise ArtifactError(f"cannot load native library {path!r}: {error}") from None
+    try:
+        first_char = ctypes.c_char.in_dll(library, METADATA_SYMBOL)
+    except ValueError:
+        raise ArtifactError(f"{path!r} has no {METADATA_SYMBOL} symbol; it was not exported by tensorkiln") from None
+    record = read_metadata(ctypes.string_at(ctypes.addressof(first_char)).decode(), str(path))
+    artifact = Artifact(target=record["target"], format="native-library", source="",
+                        kernels=_signatures(record), metadata={**record, "path": str(path)})
+
+    def lookup(symbol: str) -> int:
+        try:
+            return ctypes.addressof(ctypes.c_char.in_dll(library, symbol))
+        except ValueError:
+            return 0
+
+    return NativeModule(artifact, lookup, library)

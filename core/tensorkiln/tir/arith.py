@@ -1,0 +1,374 @@
+"""tir/arith.py: integer arithmetic facts: constant bounds, linear forms, simplification.
+
+`simplify_expr(e, bounds)` folds constants, drops `x * 1` / `x + 0`, cancels linear
+terms (`i * 4 + j - i * 4 -> j`) and uses variable bounds for division facts:
+`(a * c + b) // c -> a` and `(a * c + b) % c -> b` when `0 <= b < c`. `bounds` maps a
+Var to its inclusive (lo, hi) integer range, e.g. from enclosing loops.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..ir.dtypes import dtype_of, to_numpy
+from . import nodes as n
+from .visit import expr_key, rewrite
+
+__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "Bounds"]
+
+Bounds = dict  # Var -> (lo, hi) inclusive ints
+
+
+def as_int(e) -> int | None:
+    """The value of an integer constant, else None."""
+    if isinstance(e, int) and not isinstance(e, bool):
+        return e
+    if isinstance(e, n.IntImm) and e.dtype != "bool":
+        return e.value
+    return None
+
+
+def is_const_int(e, value: int | None = None) -> bool:
+    v = as_int(e)
+    return v is not None and (value is None or v == value)
+
+
+def _is_int_scalar(e: n.PrimExpr) -> bool:
+    d = dtype_of(e.dtype)
+    return d.lanes == 1 and d.is_int
+
+
+def const_bounds(e: n.PrimExpr, bounds: Bounds) -> tuple[int, int] | None:
+    """Inclusive integer bounds of an integer expression, or None when unknown."""
+    if isinstance(e, n.IntImm):
+        return (e.value, e.value)
+    if isinstance(e, n.Var):
+        return bounds.get(e)
+    if isinstance(e, n.Cast):
+        return const_bounds(e.value, bounds) if dtype_of(e.value.dtype).is_int else None
+    if isinstance(e, (n.Add, n.Sub, n.Mul, n.Min, n.Max)):
+        a, b = const_bounds(e.a, bounds), const_bounds(e.b, bounds)
+        if a is None or b is None:
+            return None
+        if isinstance(e, n.Add):
+            return (a[0] + b[0], a[1] + b[1])
+        if isinstance(e, n.Sub):
+            return (a[0] - b[1], a[1] - b[0])
+        if isinstance(e, n.Min):
+            return (min(a[0], b[0]), min(a[1], b[1]))
+        if isinstance(e, n.Max):
+            return (max(a[0], b[0]), max(a[1], b[1]))
+        products = [x * y for x in a for y in b]
+        return (min(products), max(products))
+    if isinstance(e, (n.FloorDiv, n.FloorMod, n.Div)):
+        a, c = const_bounds(e.a, bounds), as_int(e.b)
+        if c is None or c <= 0:
+            return None
+        if isinstance(e, n.FloorMod):
+            if a is not None and a[0] >= 0 and a[1] < c:
+                return a
+            return (0, c - 1)
+        if a is None:
+            return None
+        if isinstance(e, n.Div) and a[0] < 0:
+            return (-((-a[0]) // c), a[1] // c if a[1] >= 0 else -((-a[1]) // c))
+        return (a[0] // c, a[1] // c)
+    if isinstance(e, n.Select):
+        a, b = const_bounds(e.true_value, bounds), const_bounds(e.false_value, bounds)
+        if a is None or b is None:
+            return None
+        return (min(a[0], b[0]), max(a[1], b[1]))
+    return None
+
+
+# ---- linear forms over integer atoms --------------------------------------------------
+
+def linear_form(e: n.PrimExpr) -> tuple[dict, int]:
+    """e == sum(coeff * atom) + const; returns ({key: [atom, coeff]}, const)."""
+    terms: dict = {}
+    const = 0
+
+    def add(x, scale):
+        nonlocal const
+        if isinstance(x, n.IntImm):
+            const += scale * x.value
+        elif isinstance(x, n.Add):
+            add(x.a, scale)
+            add(x.b, scale)
+        elif isinstance(x, n.Sub):
+            add(x.a, scale)
+            add(x.b, -scale)
+        elif isinstance(x, n.Mul) and as_int(x.b) is not None:
+            add(x.a, scale * as_int(x.b))
+        elif isinstance(x, n.Mul) and as_int(x.a) is not None:
+            add(x.b, scale * as_int(x.a))
+        else:
+            key = expr_key(x)
+            if key in terms:
+                terms[key][1] += scale
+            else:
+                terms[key] = [x, scale]
+    add(e, 1)
+    return {k: v for k, v in terms.items() if v[1] != 0}, const
+
+
+def _build_linear(terms, const: int, dtype: str) -> n.PrimExpr:
+    result = None
+    for atom, coeff in terms:
+        if coeff == 0:
+            continue
+        magnitude = abs(coeff)
+        term = atom if magnitude == 1 else n.Mul(atom, n.IntImm(dtype, magnitude))
+        if result is None:
+            result = term if coeff > 0 else n.Mul(atom, n.IntImm(dtype, coeff))
+        else:
+            result = n.Add(result, term) if coeff > 0 else n.Sub(result, term)
+    if result is None:
+        return n.IntImm(dtype, const)
+    if const > 0:
+        return n.Add(result, n.IntImm(dtype, const))
+    if const < 0:
+        return n.Sub(result, n.IntImm(dtype, -const))
+    return result
+
+
+def _linear_bounds(terms, const: int, bounds: Bounds) -> tuple[int, int] | None:
+    lo = hi = const
+    for atom, coeff in terms:
+        b = const_bounds(atom, bounds)
+        if b is None:
+            return None
+        x, y = b[0] * coeff, b[1] * coeff
+        lo += min(x, y)
+        hi += max(x, y)
+    return lo, hi
+
+
+# ---- simplification ----------------------------------------------------------------
+
+def _fold(e: n.BinaryOp, x, y):
+    t = type(e)
+    if t is n.Add: return x + y
+    if t is n.Sub: return x - y
+    if t is n.Mul: return x * y
+    if t is n.Min: return min(x, y)
+    if t is n.Max: return max(x, y)
+    if t is n.EQ: return x == y
+    if t is n.NE: return x != y
+    if t is n.LT: return x < y
+    if t is n.LE: return x <= y
+    if t is n.GT: return x > y
+    if t is n.GE: return x >= y
+    if t is n.And: return bool(x) and bool(y)
+    if t is n.Or: return bool(x) or bool(y)
+    if y == 0:
+        return None
+    if t is n.FloorDiv: return x // y if isinstance(x, int) else math.floor(x / y)
+    if t is n.FloorMod: return x % y
+    if t is n.Div:
+        if isinstance(x, int) and isinstance(y, int):
+            q = abs(x) // abs(y)
+            return q if (x >= 0) == (y >= 0) else -q
+        return x / y
+    return None
+
+
+def _imm(dtype: str, value) -> n.PrimExpr:
+    d = dtype_of(dtype)
+    if d.is_bool:
+        return n.IntImm("bool", int(bool(value)))
+    if d.is_float:
+        return n.FloatImm(dtype, float(to_numpy(dtype).type(value)))
+    bits = d.bits
+    value = int(value)
+    if d.is_signed:
+        value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
+    else:
+        value %= 1 << bits
+    return n.IntImm(dtype, value)
+
+
+def _const_value(e):
+    if isinstance(e, n.IntImm):
+        return bool(e.value) if e.dtype == "bool" else e.value
+    if isinstance(e, n.FloatImm):
+        return e.value
+    return None
+
+
+def _simplify_node(e, bounds: Bounds):
+    """One bottom-up step: children are already simplified. Returns None to keep e."""
+    if isinstance(e, n.BinaryOp):
+        a, b = e.a, e.b
+        ca, cb = _const_value(a), _const_value(b)
+        if ca is not None and cb is not None and e.lanes == 1:
+            value = _fold(e, ca, cb)
+            if value is not None:
+                return _imm(e.dtype, value)
+        if isinstance(e, n.CompareOp) and not isinstance(e, (n.And, n.Or)):
+            return _simplify_compare(e, bounds)
+        if isinstance(e, (n.And, n.Or)):
+            for x, y in ((ca, b), (cb, a)):
+                if x is not None:
+                    if isinstance(e, n.And):
+                        return y if x else n.IntImm("bool", 0)
+                    return n.IntImm("bool", 1) if x else y
+            return None
+        if _is_int_scalar(e):
+            return _simplify_int(e, bounds)
+        # floats and vectors: only identities that are exact
+        if isinstance(e, (n.Add, n.Sub)) and cb == 0:
+            return a
+        if isinstance(e, n.Add) and ca == 0:
+            return b
+        if isinstance(e, (n.Mul, n.Div)) and cb == 1:
+            return a
+        if isinstance(e, n.Mul) and ca == 1:
+            return b
+        return None
+    if isinstance(e, n.Select):
+        c = _const_value(e.condition)
+        if c is not None:
+            return e.true_value if c else e.false_value
+        return None
+    if isinstance(e, n.Cast):
+        if e.value.dtype == e.dtype:
+            return e.value
+        c = _const_value(e.value)
+        if c is not None and e.lanes == 1:
+            if dtype_of(e.dtype).is_int and isinstance(c, float):
+                c = math.trunc(c)
+            return _imm(e.dtype, c)
+        return None
+    if isinstance(e, n.Not):
+        c = _const_value(e.a)
+        if c is not None:
+            return n.IntImm("bool", int(not c))
+    if isinstance(e, n.Ramp) and is_const_int(e.stride, 0):
+        return n.Broadcast(e.base, e.lanes_count)
+    return None
+
+
+def _simplify_compare(e, bounds):
+    if not (_is_int_scalar(e.a) and _is_int_scalar(e.b)):
+        return None
+    terms, const = linear_form(n.Sub(e.a, e.b))
+    diff = _linear_bounds(terms.values(), const, bounds)
+    if diff is None:
+        return None
+    lo, hi = diff
+    t = type(e)
+    truth = None
+    if t is n.LT:
+        truth = True if hi < 0 else False if lo >= 0 else None
+    elif t is n.LE:
+        truth = True if hi <= 0 else False if lo > 0 else None
+    elif t is n.GT:
+        truth = True if lo > 0 else False if hi <= 0 else None
+    elif t is n.GE:
+        truth = True if lo >= 0 else False if hi < 0 else None
+    elif t is n.EQ:
+        truth = True if lo == hi == 0 else False if lo > 0 or hi < 0 else None
+    elif t is n.NE:
+        truth = False if lo == hi == 0 else True if lo > 0 or hi < 0 else None
+    return None if truth is None else n.IntImm("bool", int(truth))
+
+
+def _merge_div_mod(terms: dict) -> None:
+    """m * (x // c) * c + m * (x % c) -> m * x, in place on a linear form."""
+    for key, (atom, coeff) in list(terms.items()):
+        if key not in terms or not isinstance(atom, n.FloorMod) or as_int(atom.b) is None:
+            continue
+        c = as_int(atom.b)
+        div_key = expr_key(n.FloorDiv(atom.a, atom.b))
+        if div_key in terms and terms[div_key][1] == coeff * c:
+            del terms[key], terms[div_key]
+            x_key = expr_key(atom.a)
+            if x_key in terms:
+                terms[x_key][1] += coeff
+            else:
+                terms[x_key] = [atom.a, coeff]
+
+
+def _simplify_int(e, bounds):
+    a, b = e.a, e.b
+    dtype = e.dtype
+    if isinstance(e, (n.Add, n.Sub, n.Mul)):
+        if isinstance(e, n.Mul) and as_int(a) is None and as_int(b) is None:
+            return None
+        terms, const = linear_form(e)
+        _merge_div_mod(terms)
+        rebuilt = _build_linear(list(terms.values()), const, dtype)
+        return rebuilt if expr_key(rebuilt) != expr_key(e) else None
+    if isinstance(e, (n.Min, n.Max)):
+        ba, bb = const_bounds(a, bounds), const_bounds(b, bounds)
+        if ba is not None and bb is not None:
+            if isinstance(e, n.Min):
+                if ba[1] <= bb[0]: return a
+                if bb[1] <= ba[0]: return b
+            else:
+                if ba[0] >= bb[1]: return a
+                if bb[0] >= ba[1]: return b
+        if expr_key(a) == expr_key(b):
+            return a
+        terms, const = linear_form(n.Sub(a, b))
+        diff = _linear_bounds(terms.values(), const, bounds)
+        if diff is not None:
+            if diff[1] <= 0:
+                return a if isinstance(e, n.Min) else b
+            if diff[0] >= 0:
+                return b if isinstance(e, n.Min) else a
+        return None
+    c = as_int(b)
+    if c is None or c <= 0:
+        return None
+    if isinstance(e, n.Div):
+        ba = const_bounds(a, bounds)
+        if ba is None or ba[0] < 0:
+            return a if c == 1 else None
+        e = n.FloorDiv(a, b)
+    if c == 1:
+        return a if isinstance(e, n.FloorDiv) else n.IntImm(dtype, 0)
+    if isinstance(e, n.FloorDiv) and isinstance(a, n.FloorDiv) and as_int(a.b) is not None and as_int(a.b) > 0:
+        return n.FloorDiv(a.a, n.IntImm(dtype, as_int(a.b) * c))
+    terms, const = linear_form(a)
+    whole = [(atom, coeff) for atom, coeff in terms.values() if coeff % c == 0]
+    rest = [(atom, coeff) for atom, coeff in terms.values() if coeff % c != 0]
+    rest_bounds = _linear_bounds(rest, const % c, bounds)
+    if rest_bounds is not None and rest_bounds[0] >= 0 and rest_bounds[1] < c:
+        if isinstance(e, n.FloorDiv):
+            return _build_linear([(atom, coeff // c) for atom, coeff in whole], const // c, dtype)
+        return _build_linear(rest, const % c, dtype)
+    if whole and rest:
+        # keep the part that divides outside: (a*c + r) // c == a + r // c (floor semantics)
+        inner = _build_linear(rest, const, dtype)
+        if isinstance(e, n.FloorDiv):
+            return n.Add(_build_linear([(atom, coeff // c) for atom, coeff in whole], 0, dtype),
+                         n.FloorDiv(inner, b))
+        return n.FloorMod(inner, b)
+    return None
+
+
+def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
+    """Simplify an expression bottom-up (see the module docstring)."""
+    bounds = bounds or {}
+
+    def post(x):
+        if not isinstance(x, n.PrimExpr):
+            return None
+        # iterate to a fixed point: one rule's output may enable another
+        for _ in range(4):
+            y = _simplify_node(x, bounds)
+            if y is None or y is x:
+                return x
+            if isinstance(y, n.BinaryOp) and y is not x:
+                x = rewrite(y, post=lambda z: _simplify_node(z, bounds) if isinstance(z, n.PrimExpr) else None)
+            else:
+                x = y
+        return x
+    return rewrite(e, post=post)
+
+
+def numpy_dtype_of(dtype: str) -> np.dtype:
+    return to_numpy(dtype_of(dtype).element)

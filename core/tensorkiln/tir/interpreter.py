@@ -1,0 +1,435 @@
+"""tir/interpreter.py: the numpy reference interpreter for loop IR, the spec every backend meets.
+
+    func = tir.lower(s, [A, B, C])
+    a, b, c = ..., ..., np.zeros((64, 64), "float32")
+    tir.interpret(func, a, b, c)      # fills c in place (and returns the arrays)
+
+The PrimFunc is translated to Python source once (loops stay loops; vectors are numpy
+arrays) and executed on flat views of the arrays. Loads and stores are bounds-checked,
+allocations start filled with garbage (NaN for floats), so a lowering bug shows up as a
+wrong value or an IndexError rather than a lucky result. Intrinsic calls from
+tensorize run the intrinsic's te description (lowered and interpreted) on the tiles.
+"""
+from __future__ import annotations
+
+import math
+import weakref
+from typing import Mapping
+
+import numpy as np
+
+from ..ir.dtypes import dtype_of, to_numpy
+from ..ir.errors import DTypeError, InternalError, ShapeError
+from . import nodes as n
+
+__all__ = ["interpret", "compile_to_python"]
+
+_MAX_BLOCK_DEPTH = 15   # CPython refuses more than 20 statically nested blocks per function
+_cache: "weakref.WeakKeyDictionary[n.PrimFunc, object]" = weakref.WeakKeyDictionary()
+
+
+def interpret(func: n.PrimFunc, *arrays: np.ndarray, intrinsics: Mapping[str, object] | None = None,
+              check_bounds: bool = True):
+    """Run `func` on numpy arrays (one per buffer param, in order); outputs are written in place."""
+    buffers = [p for p in func.params if isinstance(p, n.Buffer)]
+    if len(arrays) != len(buffers):
+        raise ShapeError(f"interpret {func.name}: expected {len(buffers)} arrays "
+                         f"({', '.join(b.name for b in buffers)}), got {len(arrays)}")
+    flats, copies = [], []
+    for buf, arr in zip(buffers, arrays):
+        shape = tuple(int(s.value) for s in buf.shape)
+        if not isinstance(arr, np.ndarray):
+            raise ShapeError(f"interpret {func.name}: argument {buf.name} must be a numpy array, got {type(arr).__name__}")
+        if tuple(arr.shape) != shape:
+            raise ShapeError(f"interpret {func.name}: argument {buf.name} has shape {arr.shape}, expected {shape}")
+        if arr.dtype != to_numpy(buf.dtype):
+            raise DTypeError(f"interpret {func.name}: argument {buf.name} has dtype {arr.dtype}, expected {buf.dtype}")
+        if arr.flags.c_contiguous:
+            flats.append(arr.reshape(-1))
+        else:
+            flat = np.ascontiguousarray(arr).reshape(-1)
+            copies.append((arr, flat))
+            flats.append(flat)
+    key = (check_bounds,)
+    entry = _cache.get(func)
+    if entry is None or entry[0] != key:
+        entry = (key, compile_to_python(func, check_bounds))
+        _cache[func] = entry
+    program = entry[1]
+    known = {intrin.name: intrin for intrin in dict(func.attrs).get("tensor_intrinsics", ())}
+    known.update(intrinsics or {})
+    with np.errstate(all="ignore"):
+        program(flats, _IntrinsicRunner(known, check_bounds))
+    for arr, flat in copies:
+        arr[...] = flat.reshape(arr.shape)
+    return arrays
+
+
+# ---- translation to Python -----------------------------------------------------------------
+
+def _ramp(base, stride, lanes):
+    return base + stride * np.arange(lanes, dtype=np.int64)
+
+
+def _tdiv(a, b):
+    q = np.abs(a) // np.abs(b)
+    return np.where((np.asarray(a) >= 0) == (np.asarray(b) >= 0), q, -q)[()]
+
+
+def _cast(value, np_dtype):
+    return np.asarray(value).astype(np_dtype)[()] if np.ndim(value) == 0 else np.asarray(value).astype(np_dtype)
+
+
+def _round(x):
+    return (np.sign(x) * np.floor(np.abs(x) + x.dtype.type(0.5))).astype(x.dtype)[()] \
+        if isinstance(x, (np.ndarray, np.generic)) else math.floor(abs(x) + 0.5) * (1 if x >= 0 else -1)
+
+
+def _erf(x):
+    arr = np.asarray(x)
+    out = np.vectorize(math.erf, otypes=[np.float64])(arr).astype(arr.dtype)
+    return out[()] if out.ndim == 0 else out
+
+
+def _rsqrt(x):
+    arr = np.asarray(x)
+    return (arr.dtype.type(1) / np.sqrt(arr))[()]
+
+
+def _sigmoid(x):
+    arr = np.asarray(x)
+    return (arr.dtype.type(1) / (arr.dtype.type(1) + np.exp(-arr)))[()]
+
+
+_MATH = {
+    "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "erf": _erf, "pow": np.power, "fabs": np.abs, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
+    "round": _round, "fma": lambda a, b, c: a * b + c,
+}
+
+
+class _Check:
+    def __init__(self, buffers: dict):
+        self.buffers = buffers
+
+
+def _alloc(size, np_dtype):
+    if np.issubdtype(np_dtype, np.floating):
+        return np.full(size, np.nan, dtype=np_dtype)
+    if np_dtype == np.bool_:
+        return np.ones(size, dtype=np_dtype)
+    return np.full(size, 0x5A, dtype=np_dtype)
+
+
+def _oob(name, index, size):
+    raise IndexError(f"buffer {name}: index {index} out of bounds [0, {size})")
+
+
+class _Emitter:
+    def __init__(self, func: n.PrimFunc, check_bounds: bool):
+        self.func = func
+        self.check = check_bounds
+        self.names: dict[int, str] = {}
+        self.consts: dict[str, object] = {}
+        self.lines: list[str] = []
+        self.counter = 0
+
+    def name(self, obj, prefix: str) -> str:
+        key = id(obj)
+        if key not in self.names:
+            self.names[key] = f"{prefix}{len(self.names)}"
+        return self.names[key]
+
+    def const(self, value) -> str:
+        self.counter += 1
+        name = f"k{self.counter}"
+        self.consts[name] = value
+        return name
+
+    # expressions
+    def expr(self, e: n.PrimExpr) -> str:
+        method = getattr(self, "e_" + type(e).__name__, None)
+        if method is None:
+            if isinstance(e, n.CompareOp):
+                return self.e_compare(e)
+            if isinstance(e, n.BinaryOp):
+                return self.e_binary(e)
+            raise InternalError(f"interpreter: cannot execute {type(e).__name__}: {e}")
+        return method(e)
+
+    def e_IntImm(self, e):
+        if e.dtype == "bool":
+            return "True" if e.value else "False"
+        if e.dtype in ("int32", "int64"):
+            return repr(e.value)
+        return self.const(to_numpy(e.dtype).type(e.value))
+
+    def e_FloatImm(self, e):
+        return self.const(to_numpy(e.dtype).type(e.value))
+
+    def e_StringImm(self, e):
+        return repr(e.value)
+
+    def e_Var(self, e):
+        return self.name(e, "v")
+
+    def e_binary(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        d = dtype_of(e.dtype)
+        t = type(e)
+        if t is n.Add: return f"({a} + {b})"
+        if t is n.Sub: return f"({a} - {b})"
+        if t is n.Mul: return f"({a} * {b})"
+        if t is n.Div:
+            return f"({a} / {b})" if d.is_float else f"_tdiv({a}, {b})"
+        if t is n.FloorDiv:
+            return f"({a} // {b})" if not d.is_float else f"np.floor_divide({a}, {b})"
+        if t is n.FloorMod: return f"({a} % {b})"
+        if t is n.Min:
+            return f"min({a}, {b})" if d.lanes == 1 and d.is_int else f"np.minimum({a}, {b})"
+        if t is n.Max:
+            return f"max({a}, {b})" if d.lanes == 1 and d.is_int else f"np.maximum({a}, {b})"
+        raise InternalError(f"interpreter: unknown binary op {t.__name__}")
+
+    def e_compare(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        vector = e.lanes > 1
+        t = type(e)
+        if t is n.And:
+            return f"np.logical_and({a}, {b})" if vector else f"({a} and {b})"
+        if t is n.Or:
+            return f"np.logical_or({a}, {b})" if vector else f"({a} or {b})"
+        return f"({a} {e.symbol} {b})"
+
+    def e_Not(self, e):
+        return f"np.logical_not({self.expr(e.a)})" if e.lanes > 1 else f"(not {self.expr(e.a)})"
+
+    def e_Select(self, e):
+        c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
+        if e.condition.lanes > 1 or e.lanes > 1:
+            return f"np.where({c}, {t}, {f})"
+        return f"({t} if {c} else {f})"
+
+    def e_Cast(self, e):
+        return f"_cast({self.expr(e.value)}, {self.const(to_numpy(dtype_of(e.dtype).element))})"
+
+    def e_Ramp(self, e):
+        return f"_ramp({self.expr(e.base)}, {self.expr(e.stride)}, {e.lanes_count})"
+
+    def e_Broadcast(self, e):
+        dt = self.const(to_numpy(dtype_of(e.dtype).element))
+        return f"np.full({e.lanes_count}, {self.expr(e.value)}, dtype={dt})"
+
+    def index(self, buf: n.Buffer, index: n.PrimExpr) -> str:
+        text = self.expr(index)
+        if not self.check:
+            return text
+        return f"_ck{self.name(buf, 'b')}({text})"
+
+    def e_Load(self, e):
+        b = self.name(e.buffer, "b")
+        load = f"{b}[{self.index(e.buffer, e.index)}]"
+        if e.predicate is not None:
+            return f"np.where({self.expr(e.predicate)}, {b}[np.where({self.expr(e.predicate)}, {self.expr(e.index)}, 0)], 0)"
+        return load
+
+    def e_BufferPointer(self, e):
+        return f"({self.name(e.buffer, 'b')}, {self.expr(e.index)})"
+
+    def e_Call(self, e):
+        args = ", ".join(self.expr(a) for a in e.args)
+        if e.name in _MATH and e.dtype != "void":
+            return f"_math[{e.name!r}]({args})"
+        return f"_intrin({e.name!r}, ({args},))"
+
+    # statements
+    def emit(self, line: str, depth: int):
+        self.lines.append("    " * depth + line)
+
+    def stmt(self, s: n.Stmt, depth: int, blocks: int):
+        if blocks >= _MAX_BLOCK_DEPTH:
+            self.counter += 1
+            fname = f"_part{self.counter}"
+            self.emit(f"def {fname}():", depth)
+            self.stmt(s, depth + 1, 0)
+            self.emit(f"{fname}()", depth)
+            return
+        if isinstance(s, n.SeqStmt):
+            if not s.stmts:
+                self.emit("pass", depth)
+            for x in s.stmts:
+                self.stmt(x, depth, blocks)
+        elif isinstance(s, n.For):
+            v = self.name(s.loop_var, "v")
+            lo = self.expr(s.min)
+            self.emit(f"for {v} in range({lo}, {lo} + {self.expr(s.extent)}):", depth)
+            self.stmt(s.body, depth + 1, blocks + 1)
+        elif isinstance(s, n.Store):
+            b = self.name(s.buffer, "b")
+            index = self.index(s.buffer, s.index)
+            value = self.expr(s.value)
+            if s.predicate is not None:
+                p = self.expr(s.predicate)
+                self.emit(f"_m = np.asarray({p}); {b}[np.asarray({self.expr(s.index)})[_m]] = np.asarray({value})[_m]",
+                          depth)
+            else:
+                self.emit(f"{b}[{index}] = {value}", depth)
+        elif isinstance(s, n.IfThenElse):
+            self.emit(f"if {self.expr(s.condition)}:", depth)
+            self.stmt(s.then_case, depth + 1, blocks + 1)
+            if s.else_case is not None:
+                self.emit("else:", depth)
+                self.stmt(s.else_case, depth + 1, blocks + 1)
+        elif isinstance(s, n.Allocate):
+            b = self.name(s.buffer, "b")
+            size = math.prod(int(x.value) for x in s.buffer.shape)
+            self.emit(f"{b} = _alloc({size}, {self.const(to_numpy(s.buffer.dtype))})", depth)
+            self._checker(s.buffer, depth)
+            self.stmt(s.body, depth, blocks)
+        elif isinstance(s, n.LetStmt):
+            self.emit(f"{self.name(s.var, 'v')} = {self.expr(s.value)}", depth)
+            self.stmt(s.body, depth, blocks)
+        elif isinstance(s, n.Evaluate):
+            self.emit(self.expr(s.value), depth)
+        elif isinstance(s, n.Barrier):
+            self.emit("pass  # barrier", depth)
+        else:
+            raise InternalError(f"interpreter: cannot execute statement {type(s).__name__}")
+
+    def _checker(self, buf: n.Buffer, depth: int):
+        if self.check:
+            b = self.name(buf, "b")
+            self.emit(f"_ck{b} = _checker({b}, {buf.name!r})", depth)
+
+    def program(self) -> str:
+        self.emit("def _program(_args, _intrin_runner):", 0)
+        self.emit("_intrin = _intrin_runner", 1)
+        for i, p in enumerate(q for q in self.func.params if isinstance(q, n.Buffer)):
+            self.emit(f"{self.name(p, 'b')} = _args[{i}]", 1)
+            self._checker(p, 1)
+        self.stmt(self.func.body, 1, 0)
+        return "\n".join(self.lines)
+
+
+def _checker(buf, name):
+    size = buf.shape[0]
+
+    def check(index):
+        if np.ndim(index) == 0:
+            if not 0 <= index < size:
+                _oob(name, index, size)
+        elif index.size and (index.min() < 0 or index.max() >= size):
+            _oob(name, index, size)
+        return index
+    return check
+
+
+def compile_to_python(func: n.PrimFunc, check_bounds: bool = True):
+    """Translate `func` to a Python function `program(flat_arrays, intrinsic_runner)`."""
+    emitter = _Emitter(func, check_bounds)
+    source = emitter.program()
+    namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_math": _MATH, "_alloc": _alloc,
+                 "_checker": _checker, **emitter.consts}
+    exec(compile(source, f"<tir {func.name}>", "exec"), namespace)
+    program = namespace["_program"]
+    program.source = source
+    return program
+
+
+# ---- tensor intrinsics -----------------------------------------------------------------
+
+_REDUCE_UFUNC = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+class _IntrinsicRunner:
+    """Executes `Call(void, name, args)` from tensorize with the intrinsic's description."""
+
+    def __init__(self, known: Mapping[str, object], check_bounds: bool):
+        self.known = known
+        self.check_bounds = check_bounds
+        self.lowered: dict = {}
+
+    def __call__(self, name: str, args: tuple):
+        intrin = self.known.get(name)
+        if intrin is None:
+            raise InternalError(f"interpreter: call of unknown intrinsic {name!r}; pass intrinsics={{name: intrin}}")
+        tensors = [*intrin.inputs, intrin.output]
+        pointers = args[:len(tensors)]
+        rest = list(args[len(tensors):])
+        strides = []
+        for t in tensors:
+            strides.append([int(x) for x in rest[:t.ndim - 1]] + [1])
+            rest = rest[t.ndim - 1:]
+        extents = [int(x) for x in rest[:len(intrin.extent_vars)]]
+        accumulate = int(rest[len(intrin.extent_vars)])
+        bindings = dict(zip(intrin.extent_vars, extents))
+        func, concrete = self._lowered(intrin, tuple(extents), bindings)
+        tiles = []
+        for (flat, offset), t, st, shape in zip(pointers, tensors, strides, concrete):
+            itemsize = flat.itemsize
+            view = np.lib.stride_tricks.as_strided(flat[int(offset):], shape=shape,
+                                                   strides=[s * itemsize for s in st])
+            tiles.append(view)
+        inputs = [np.ascontiguousarray(v) for v in tiles[:-1]]
+        result = np.zeros(concrete[-1], dtype=tiles[-1].dtype)
+        interpret(func, *inputs, result, check_bounds=self.check_bounds)
+        out = tiles[-1]
+        if accumulate:
+            combiner = getattr(intrin.op.body, "combiner", None)
+            ufunc = _REDUCE_UFUNC.get(getattr(combiner, "name", "sum"))
+            if ufunc is None:
+                raise InternalError(f"interpreter: cannot accumulate with reducer {combiner.name!r}")
+            result = ufunc(out, result).astype(out.dtype)
+        out[...] = result
+
+    def _lowered(self, intrin, key, bindings):
+        hit = self.lowered.get((intrin.name, key))
+        if hit is None:
+            hit = _instantiate(intrin, bindings)
+            self.lowered[(intrin.name, key)] = hit
+        return hit
+
+
+def _instantiate(intrin, bindings):
+    """Lower the intrinsic's description with its symbolic extents bound."""
+    from ..te import compute, create_schedule, placeholder
+    from ..te.expr import IterVar, Range, Reduce, TensorRead
+    from ..te.tensor import ComputeOp
+    from .arith import as_int, simplify_expr
+    from .lower import lower
+    from .visit import rewrite, substitute
+
+    bound = {v: n.IntImm(v.dtype, value) for v, value in bindings.items()}
+
+    def concrete(extent):
+        value = as_int(simplify_expr(substitute(n.as_expr(extent), bound))) if not isinstance(extent, int) else extent
+        if value is None:
+            raise InternalError(f"interpreter: extent {extent} of intrinsic {intrin.name} is not bound")
+        return value
+    new_inputs = {t: placeholder(tuple(concrete(s) for s in t.shape), t.dtype, t.name) for t in intrin.inputs}
+    op = intrin.op
+    mapping = {}
+    axes = []
+    for a in op.axis:
+        iv = IterVar(a.name, n.Var(a.name), Range(0, concrete(a.dom.extent)), "data")
+        mapping[a.var] = iv.var
+        axes.append(iv)
+    body = op.body
+    retarget = lambda x: TensorRead(new_inputs[x.tensor], x.indices) if isinstance(x, TensorRead) else None  # noqa: E731
+    if isinstance(body, Reduce):
+        raxes = []
+        for r in body.axis:
+            iv = IterVar(r.name, n.Var(r.name), Range(concrete(r.dom.min) if not isinstance(r.dom.min, int)
+                                                      else r.dom.min, concrete(r.dom.extent)), "reduce")
+            mapping[r.var] = iv.var
+            raxes.append(iv)
+        source = rewrite(substitute(body.source, mapping), pre=retarget)
+        cond = None if body.condition is None else rewrite(substitute(body.condition, mapping), pre=retarget)
+        body = Reduce(body.combiner, source, tuple(raxes), cond)
+    else:
+        body = rewrite(substitute(body, mapping), pre=retarget)
+    out = ComputeOp(op.name, op.tag, tuple(axes), body).output(0)
+    inputs = [new_inputs[t] for t in intrin.inputs]
+    func = lower(create_schedule(out.op), [*inputs, out], name=intrin.name)
+    shapes = [tuple(t.shape) for t in inputs] + [tuple(out.shape)]
+    return func, shapes

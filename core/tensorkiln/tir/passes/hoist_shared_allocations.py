@@ -1,0 +1,27 @@
+"""tir/passes/hoist_shared_allocations.py: move "shared" Allocates to the top of the kernel.
+
+Work-group memory is declared once per kernel (OpenCL requires it at kernel scope);
+its shape is static, so hoisting keeps the program's meaning.
+"""
+from __future__ import annotations
+
+from .. import nodes as n
+from ..visit import rewrite
+
+__all__ = ["hoist_shared_allocations"]
+
+
+def hoist_shared_allocations(func: n.PrimFunc) -> n.PrimFunc:
+    hoisted: list[n.Buffer] = []
+
+    def post(x):
+        if isinstance(x, n.Allocate) and x.buffer.scope == "shared":
+            hoisted.append(x.buffer)
+            return x.body
+        return None
+    body = rewrite(func.body, post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
+    if not hoisted:
+        return func
+    for buf in reversed(hoisted):
+        body = n.Allocate(buf, body)
+    return n.PrimFunc(func.name, func.params, body, func.attrs)

@@ -1,0 +1,24 @@
+"""tir/passes/unroll_loops.py: expand UNROLLED loops with small constant extents."""
+from __future__ import annotations
+
+from .. import nodes as n
+from ..arith import as_int
+from ..visit import rewrite, substitute
+
+__all__ = ["unroll_loops", "MAX_UNROLL_EXTENT"]
+
+MAX_UNROLL_EXTENT = 16
+
+
+def unroll_loops(func: n.PrimFunc, max_extent: int = MAX_UNROLL_EXTENT) -> n.PrimFunc:
+    """An UNROLLED loop with constant extent <= max_extent becomes a SeqStmt of copies;
+    a larger or symbolic one stays For(kind=UNROLLED) for the code emitter."""
+    def post(x):
+        if isinstance(x, n.For) and x.kind is n.ForKind.UNROLLED:
+            lo, extent = as_int(x.min), as_int(x.extent)
+            if lo is not None and extent is not None and extent <= max_extent:
+                return n.SeqStmt(tuple(substitute(x.body, {x.loop_var: n.IntImm(x.loop_var.dtype, lo + i)})
+                                       for i in range(extent)))
+        return None
+    body = rewrite(func.body, post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
+    return func if body is func.body else n.PrimFunc(func.name, func.params, body, func.attrs)

@@ -1,0 +1,145 @@
+"""tir/visit.py: generic traversal and rewriting of loop IR (and te expression nodes).
+
+Nodes are frozen dataclasses; children are the fields holding a PrimExpr, a Stmt, or
+a tuple of them. A node class may list fields that are not children in
+`_opaque_fields` (te's Reduce keeps its IterVars there). Rewrites are memoized per
+call, so shared subtrees stay shared, and a rewrite that changes nothing returns the
+same object.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable
+
+from . import nodes as n
+
+__all__ = ["child_fields", "rewrite", "substitute", "post_order_visit", "collect_vars", "uses_var",
+           "expr_key"]
+
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def child_fields(cls: type) -> tuple[str, ...]:
+    """Names of the dataclass fields of `cls` that may hold child nodes."""
+    names = _FIELDS.get(cls)
+    if names is None:
+        opaque = set(getattr(cls, "_opaque_fields", ()))
+        names = tuple(f.name for f in dataclasses.fields(cls) if f.name not in opaque)
+        _FIELDS[cls] = names
+    return names
+
+
+def _is_node(value) -> bool:
+    return isinstance(value, (n.PrimExpr, n.Stmt))
+
+
+Visitor = Callable[[object], object | None]
+
+
+def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None):
+    """Rewrite a tree of exprs/stmts.
+
+    `pre(node)` runs before the children: a non-None result replaces the node and is
+    not visited further. `post(node)` runs after the children were rewritten: a
+    non-None result replaces the (rebuilt) node.
+    """
+    memo: dict[int, object] = {}
+
+    def visit(node):
+        key = id(node)
+        hit = memo.get(key)
+        if hit is not None:
+            return hit[1]
+        if pre is not None:
+            replaced = pre(node)
+            if replaced is not None:
+                memo[key] = (node, replaced)
+                return replaced
+        changes = {}
+        for name in child_fields(type(node)):
+            value = getattr(node, name)
+            if _is_node(value):
+                new = visit(value)
+                if new is not value:
+                    changes[name] = new
+            elif isinstance(value, tuple) and value and any(_is_node(v) for v in value):
+                new_items = tuple(visit(v) if _is_node(v) else v for v in value)
+                if any(a is not b for a, b in zip(new_items, value)):
+                    changes[name] = new_items
+        result = dataclasses.replace(node, **changes) if changes else node
+        if post is not None:
+            replaced = post(result)
+            if replaced is not None:
+                result = replaced
+        memo[key] = (node, result)
+        return result
+
+    return visit(node)
+
+
+def substitute(node, mapping: dict):
+    """Replace Vars (by identity) with expressions; returns the same object if none occur."""
+    if not mapping:
+        return node
+    return rewrite(node, pre=lambda x: mapping.get(x) if isinstance(x, n.Var) else None)
+
+
+def post_order_visit(node, fn: Callable[[object], None]) -> None:
+    """Call fn on every node once, children first."""
+    seen: set[int] = set()
+
+    def visit(node):
+        if id(node) in seen:
+            return
+        seen.add(id(node))
+        for name in child_fields(type(node)):
+            value = getattr(node, name)
+            if _is_node(value):
+                visit(value)
+            elif isinstance(value, tuple):
+                for v in value:
+                    if _is_node(v):
+                        visit(v)
+        fn(node)
+
+    visit(node)
+
+
+def collect_vars(node) -> list[n.Var]:
+    """Vars used in `node`, in order of first appearance."""
+    found: dict[int, n.Var] = {}
+
+    def fn(x):
+        if isinstance(x, n.Var):
+            found.setdefault(id(x), x)
+    post_order_visit(node, fn)
+    return list(found.values())
+
+
+def uses_var(node, variables) -> bool:
+    ids = {id(v) for v in variables}
+    return any(id(v) in ids for v in collect_vars(node))
+
+
+def expr_key(e) -> tuple:
+    """A hashable key equal for structurally equal exprs (Vars and Buffers by identity)."""
+    if isinstance(e, n.Var):
+        return ("Var", id(e))
+    if isinstance(e, n.IntImm):
+        return ("Int", e.dtype, e.value)
+    if isinstance(e, n.FloatImm):
+        return ("Float", e.dtype, e.value)
+    if isinstance(e, n.Buffer):
+        return ("Buffer", id(e))
+    if isinstance(e, (n.PrimExpr, n.Stmt)):
+        parts: list = [type(e).__name__, getattr(e, "dtype", None)]
+        for name in child_fields(type(e)):
+            value = getattr(e, name)
+            if isinstance(value, tuple):
+                parts.append(tuple(expr_key(v) for v in value))
+            else:
+                parts.append(expr_key(value))
+        return tuple(parts)
+    if isinstance(e, (int, float, str, bool, type(None))):
+        return ("lit", e)
+    return ("obj", id(e))

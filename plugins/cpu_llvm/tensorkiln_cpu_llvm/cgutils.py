@@ -1,0 +1,147 @@
+"""Small llvmlite helpers: dtype -> LLVM type, loops, guards, loop metadata, entry-block allocas.
+
+In the spirit of numba's `cgutils`: code generation reads as nested `with` blocks::
+
+    with for_range(builder, start, stop) as i:
+        ...
+    with if_then(builder, condition):
+        ...
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+
+import llvmlite.ir as ir
+
+from tensorkiln.ir.dtypes import dtype_of
+
+__all__ = ["I1", "I8", "I32", "I64", "VOID", "PTR", "scalar_type", "value_type", "memory_type", "const_of", "lanes_of", "element_type", "splat",
+           "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare"]
+
+I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
+VOID = ir.VoidType()
+PTR = I8.as_pointer()  # LLVM >= 17 pointers are opaque: one `ptr` type for all
+
+_FLOATS = {16: ir.HalfType(), 32: ir.FloatType(), 64: ir.DoubleType()}
+
+
+def scalar_type(dtype: str, in_memory: bool = False) -> ir.Type:
+    """LLVM type of one element: bool is i1 in registers and i8 in memory (numpy's bool_)."""
+    parsed = dtype_of(dtype)
+    if parsed.kind == "handle":
+        return PTR
+    if parsed.kind == "bool":
+        return I8 if in_memory else I1
+    if parsed.kind == "float":
+        return _FLOATS[parsed.bits]
+    return ir.IntType(parsed.bits)
+
+
+def value_type(dtype: str) -> ir.Type:
+    """LLVM type of a register value: "float32x8" -> <8 x float>."""
+    element = scalar_type(dtype)
+    lanes = dtype_of(dtype).lanes
+    return element if lanes == 1 else ir.VectorType(element, lanes)
+
+
+def memory_type(dtype: str) -> ir.Type:
+    element = scalar_type(dtype, in_memory=True)
+    lanes = dtype_of(dtype).lanes
+    return element if lanes == 1 else ir.VectorType(element, lanes)
+
+
+def lanes_of(llvm_type: ir.Type) -> int:
+    return llvm_type.count if isinstance(llvm_type, ir.VectorType) else 1
+
+
+def element_type(llvm_type: ir.Type) -> ir.Type:
+    return llvm_type.element if isinstance(llvm_type, ir.VectorType) else llvm_type
+
+
+def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
+    """A vector of `lanes` copies of the scalar `value` (a constant vector for constants)."""
+    if isinstance(value, ir.Constant):
+        return ir.Constant(ir.VectorType(value.type, lanes), [value] * lanes)
+    vector_type = ir.VectorType(value.type, lanes)
+    single = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, I32(0))
+    return builder.shuffle_vector(single, ir.Constant(vector_type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+
+def const_of(dtype: str, value) -> ir.Constant:
+    """A scalar constant (use splats for vectors)."""
+    parsed = dtype_of(dtype)
+    llvm_type = scalar_type(parsed.element)
+    if parsed.is_float:
+        return ir.Constant(llvm_type, float(value))
+    if parsed.is_bool:
+        return ir.Constant(I1, int(bool(value)))
+    bits = parsed.bits
+    return ir.Constant(llvm_type, int(value) & ((1 << bits) - 1))
+
+
+_loop_ids = itertools.count()
+
+
+def loop_metadata(module: ir.Module, properties: dict[str, object]) -> ir.values.MDValue:
+    """A self-referential loop ID with properties, e.g. {"llvm.loop.vectorize.enable": True}."""
+    items = []
+    for key, value in properties.items():
+        operands = [ir.MetaDataString(module, key)]
+        if value is not None:
+            operands.append(ir.Constant(I1 if isinstance(value, bool) else I32, int(value)))
+        items.append(module.add_metadata(operands))
+    loop_id = module.add_metadata([ir.MetaDataString(module, f"tk.loop.{next(_loop_ids)}"), *items])
+    # LLVM requires the first operand of a loop ID to be the node itself.
+    loop_id.operands = (loop_id, *items)
+    return loop_id
+
+
+@contextlib.contextmanager
+def for_range(builder: ir.IRBuilder, start: ir.Value, stop: ir.Value, metadata: dict | None = None,
+              name: str = "i"):
+    """`for i in range(start, stop)` (step 1); yields i. Skips the body when stop <= start."""
+    function = builder.function
+    header = builder.block
+    body = function.append_basic_block(f"{name}.body")
+    done = function.append_basic_block(f"{name}.done")
+    builder.cbranch(builder.icmp_signed("<", start, stop), body, done)
+    builder.position_at_end(body)
+    index = builder.phi(start.type, name=name)
+    index.add_incoming(start, header)
+    yield index
+    following = builder.add(index, ir.Constant(start.type, 1), name=f"{name}.next", flags=["nsw"])
+    branch = builder.cbranch(builder.icmp_signed("<", following, stop), body, done)
+    index.add_incoming(following, builder.block)
+    if metadata:
+        branch.set_metadata("llvm.loop", loop_metadata(builder.module, metadata))
+    builder.position_at_end(done)
+
+
+@contextlib.contextmanager
+def if_then(builder: ir.IRBuilder, condition: ir.Value, likely: bool | None = None):
+    """Code inside the block runs when `condition` (i1) holds."""
+    with builder.if_then(condition, likely=likely):
+        yield
+
+
+def alloca_in_entry(builder: ir.IRBuilder, llvm_type: ir.Type, count: int | None = None, name: str = "",
+                    align: int = 0) -> ir.Value:
+    """An alloca at the top of the function, so loops do not grow the stack."""
+    entry = builder.function.entry_basic_block
+    with builder.goto_block(entry):
+        if entry.instructions:
+            builder.position_before(entry.instructions[0])
+        slot = builder.alloca(llvm_type, size=None if count is None else ir.Constant(I64, count), name=name)
+    if align:
+        slot.align = align
+    return slot
+
+
+def declare(module: ir.Module, name: str, return_type: ir.Type, arg_types: list[ir.Type]) -> ir.Function:
+    """The function `name` in `module`, declared on first use."""
+    existing = module.globals.get(name)
+    if existing is not None:
+        return existing
+    return ir.Function(module, ir.FunctionType(return_type, arg_types), name)

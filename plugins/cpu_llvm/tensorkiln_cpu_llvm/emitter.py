@@ -1,0 +1,201 @@
+"""The cpu_llvm emitter: tir PrimFuncs -> one optimized LLVM module -> Artifact.
+
+Pipeline (`LLVMEmitter.emit`):
+
+1. build the llvmlite module: per kernel `NAME.impl` (the body) and the packed,
+   argument-checking entry `NAME` (see abi.py), the `tensorkiln_num_threads`
+   global and the `tensorkiln_metadata` string;
+2. parse it with LLVM and link in the LLVM source of every intrinsic it calls;
+3. optimize with the new pass manager (O3: loop and SLP vectorization on);
+4. emit assembly and a position-independent object.
+
+Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-unoptimized"]`
+= the IR before optimization, `sources["asm"]` = assembly, `binary` = object code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import llvmlite.binding as llvm
+import llvmlite.ir as ir
+
+from tensorkiln import tir
+from tensorkiln.ir.errors import CompileError
+from tensorkiln.sdk import Artifact, Emitter, signature_of
+from tensorkiln.sdk.intrinsic_impl import ExternImpl, SourceImpl, implementation_for
+from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_THREADS_SYMBOL, metadata_json
+
+from .abi import emit_packed_function, impl_function
+from .cgutils import I32, I64, declare, value_type
+from .host import MachineConfig, machine_config, target_machine
+from .stmts import FunctionCodegen
+
+__all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
+
+
+class IntrinsicLinker:
+    """Resolves intrinsic calls of the kernels being emitted to functions of the target.
+
+    Lookup: the kernel's `attrs["intrinsics"]` (name -> TensorIntrin, set by tensorize
+    lowering), then every intrinsic registered for the target. Calls follow the
+    convention of `tensorkiln.sdk.intrinsic_impl`: pointers, int64 strides and
+    extents, and a final int32 accumulate flag.
+    """
+
+    def __init__(self, module: ir.Module, target, funcs: Sequence[tir.PrimFunc]) -> None:
+        self.module = module
+        self.target = target
+        self.known: dict[str, object] = {}
+        for func in funcs:
+            self.known.update(func.attr("intrinsics") or {})
+        self.sources: dict[str, str] = {}
+        self.libraries: list[str] = []
+        self._registered: dict[str, object] | None = None
+
+    def _find(self, name: str):
+        if name in self.known:
+            return self.known[name]
+        if self._registered is None:
+            import tensorkiln
+            self._registered = {i.name: i for i in tensorkiln.intrinsics(self.target)}
+        if name in self._registered:
+            return self._registered[name]
+        known = ", ".join(sorted({*self.known, *self._registered})) or "none"
+        raise CompileError(f"cpu_llvm: call to unknown function or intrinsic {name!r}; math functions are "
+                           f"exp, log, sqrt, ...; intrinsics registered for {self.target}: {known}")
+
+    def _coerce(self, builder: ir.IRBuilder, args: list[ir.Value]) -> list[ir.Value]:
+        coerced = []
+        for position, value in enumerate(args):
+            if isinstance(value.type, ir.IntType) and value.type.width > 1:
+                wanted = I32 if position == len(args) - 1 else I64
+                if value.type.width < wanted.width:
+                    value = builder.sext(value, wanted)
+                elif value.type.width > wanted.width:
+                    value = builder.trunc(value, wanted)
+            coerced.append(value)
+        return coerced
+
+    def __call__(self, builder: ir.IRBuilder, call: tir.Call, args: list[ir.Value]) -> ir.Value:
+        intrin = self._find(call.name)
+        impl = implementation_for(intrin, self.target)
+        if impl is None:
+            offered = ", ".join(sorted(getattr(intrin, "implementations", {}) or {})) or "none"
+            raise CompileError(f"intrinsic {call.name!r} has no implementation for {self.target.name} "
+                               f"(it has: {offered}); register one with implementations={{'cpu_llvm': ...}}")
+        if isinstance(impl, SourceImpl):
+            if impl.language != "llvm":
+                raise CompileError(f"intrinsic {call.name!r}: cpu_llvm compiles SourceImpl(language='llvm'), "
+                                   f"not {impl.language!r}")
+            self.sources[impl.symbol] = impl.code
+        elif isinstance(impl, ExternImpl):
+            if impl.library and impl.library not in self.libraries:
+                self.libraries.append(impl.library)
+        else:
+            raise CompileError(f"intrinsic {call.name!r}: cpu_llvm does not know implementation kind "
+                               f"{type(impl).__name__}")
+        args = self._coerce(builder, args)
+        return_type = ir.VoidType() if call.dtype == "void" else value_type(call.dtype)
+        function = declare(self.module, impl.symbol, return_type, [a.type for a in args])
+        return builder.call(function, args)
+
+
+def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int) -> None:
+    """Run the default new-pass-manager pipeline (O0-O3) with loop/SLP vectorization from O2."""
+    options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
+    options.loop_vectorization = opt_level >= 2
+    options.slp_vectorization = opt_level >= 2
+    options.loop_unrolling = opt_level >= 2
+    builder = llvm.create_pass_builder(machine, options)
+    builder.getModulePassManager().run(module, builder)
+
+
+def _string_global(module: ir.Module, name: str, text: str) -> None:
+    data = bytearray(text.encode() + b"\0")
+    variable = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), len(data)), name)
+    variable.initializer = ir.Constant(variable.type.pointee, data)
+    variable.global_constant = True
+    variable.visibility = "protected"
+
+
+def _parse(text: str, what: str) -> llvm.ModuleRef:
+    try:
+        parsed = llvm.parse_assembly(text)
+        parsed.verify()
+    except RuntimeError as error:
+        numbered = "\n".join(f"{n + 1:5d} {line}" for n, line in enumerate(text.splitlines()))
+        raise CompileError(f"cpu_llvm: LLVM rejected {what}: {error}\n{numbered}") from None
+    return parsed
+
+
+class LLVMEmitter(Emitter):
+    """tir -> LLVM IR -> object code for the host CPU (or -mcpu/-mattr)."""
+
+    def emit(self, funcs: Sequence[tir.PrimFunc], target) -> Artifact:
+        funcs = list(funcs)
+        names = [f.name for f in funcs]
+        if len(set(names)) != len(names):
+            raise CompileError(f"cpu_llvm: kernel names must be unique in one module, got {names}")
+        config = machine_config(target)
+        machine = target_machine(config)
+        module = self._build_module(funcs, target, config, machine)
+        unoptimized = str(module.llvm_module)
+        parsed = _parse(unoptimized, f"the module for {names}")
+        self._link_intrinsics(parsed, module.linker)
+        if config.opt_level:
+            optimize(parsed, machine, config.opt_level)
+        return Artifact(
+            target=str(target), format="llvm-ir", source=str(parsed),
+            kernels=module.signatures, binary=bytes(machine.emit_object(parsed)),
+            sources={"asm": machine.emit_assembly(parsed), "llvm-unoptimized": unoptimized},
+            metadata={"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
+                      "cpu": config.cpu, "opt_level": config.opt_level})
+
+    def _build_module(self, funcs, target, config: MachineConfig, machine) -> "_BuiltModule":
+        module = ir.Module(name=funcs[0].name)
+        module.triple = config.triple
+        module.data_layout = str(machine.target_data)
+        threads = ir.GlobalVariable(module, I32, NUM_THREADS_SYMBOL)
+        threads.initializer = I32(config.num_threads)
+        threads.visibility = "protected"
+        linker = IntrinsicLinker(module, target, funcs)
+        for func in funcs:
+            impl = impl_function(module, func)
+            codegen = FunctionCodegen(module, impl, linker)
+            for param, argument in zip(func.params, impl.args):
+                if isinstance(param, tir.Buffer):
+                    codegen.buffers[param] = argument
+                else:
+                    codegen.vars[param] = argument
+            codegen.stmt(func.body)
+            codegen.builder.ret_void()
+            emit_packed_function(module, func, impl, func.name)
+        try:
+            signatures = tuple(signature_of(f) for f in funcs)
+        except ValueError as error:
+            raise CompileError(f"cpu_llvm: {error}; kernels need static buffer shapes") from None
+        _string_global(module, METADATA_SYMBOL, metadata_json(
+            str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm"}))
+        return _BuiltModule(module, linker, signatures)
+
+    @staticmethod
+    def _link_intrinsics(parsed: llvm.ModuleRef, linker: IntrinsicLinker) -> None:
+        for symbol, code in linker.sources.items():
+            source = _parse(code, f"the LLVM source of intrinsic function {symbol!r}")
+            source.triple, source.data_layout = parsed.triple, parsed.data_layout
+            parsed.link_in(source)
+            function = parsed.get_function(symbol)
+            if function.is_declaration:
+                raise CompileError(f"cpu_llvm: the LLVM source of an intrinsic does not define {symbol!r}, the "
+                                   "symbol its SourceImpl names")
+            # private to this module: it may be inlined, and two modules never clash
+            function.linkage = llvm.Linkage.internal
+        parsed.verify()
+
+
+@dataclass(frozen=True)
+class _BuiltModule:
+    llvm_module: ir.Module
+    linker: IntrinsicLinker
+    signatures: tuple

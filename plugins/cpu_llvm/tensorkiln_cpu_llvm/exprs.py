@@ -1,0 +1,330 @@
+"""tir expressions -> LLVM values (scalars and vectors), one method per node type.
+
+`ExprCodegen` holds what an expression can refer to: loop and let variables
+(`self.vars`) and buffer base pointers (`self.buffers`). Statement codegen
+(`stmts.py`) extends it.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorkiln import tir
+from tensorkiln.ir.dtypes import dtype_of, with_lanes
+from tensorkiln.ir.errors import CompileError
+
+from .cgutils import I1, I32, I64, PTR, const_of, declare, element_type, lanes_of, memory_type, splat, value_type
+from .math_calls import MATH_NAMES, emit_math_call
+
+__all__ = ["ExprCodegen"]
+
+
+class ExprCodegen:
+    """Emit expressions with `builder`; intrinsic calls go to `call_intrinsic(builder, call, args)`."""
+
+    def __init__(self, module: ir.Module, builder: ir.IRBuilder, call_intrinsic) -> None:
+        self.module = module
+        self.builder = builder
+        self.call_intrinsic = call_intrinsic
+        self.vars: dict[tir.Var, ir.Value] = {}
+        self.buffers: dict[tir.Buffer, ir.Value] = {}
+
+    # -- entry point ------------------------------------------------------------------------
+
+    def expr(self, node: tir.PrimExpr) -> ir.Value:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise CompileError(f"cpu_llvm cannot compile expression {type(node).__name__}: {node}")
+        return method(node)
+
+    # -- conversions --------------------------------------------------------------------------
+
+    def cast(self, value: ir.Value, source: str, target: str) -> ir.Value:
+        """Convert `value` of tir dtype `source` to `target` (lanes must match or source is scalar)."""
+        b = self.builder
+        src, dst = dtype_of(source), dtype_of(target)
+        if dst.lanes != src.lanes:
+            value = self.cast(value, src.element, dst.element)
+            return splat(b, value, dst.lanes)
+        to_type = value_type(target)
+        if src.element == dst.element:
+            return value
+        if dst.is_bool:
+            zero = ir.Constant(value.type, None)
+            return b.fcmp_unordered("!=", value, zero) if src.is_float else b.icmp_unsigned("!=", value, zero)
+        if src.is_float and dst.is_float:
+            return b.fpext(value, to_type) if dst.bits > src.bits else b.fptrunc(value, to_type)
+        if src.is_float:
+            return b.fptosi(value, to_type) if dst.is_signed else b.fptoui(value, to_type)
+        if dst.is_float:
+            return b.sitofp(value, to_type) if src.is_signed else b.uitofp(value, to_type)
+        if src.is_bool:  # i1 in registers, whatever DType.bits says
+            return b.zext(value, to_type)
+        if dst.bits < src.bits:
+            return b.trunc(value, to_type)
+        if dst.bits > src.bits:
+            return b.sext(value, to_type) if src.is_signed else b.zext(value, to_type)
+        return value  # int32 <-> uint32: same bits
+
+    def _match(self, a: ir.Value, b_value: ir.Value, b_dtype: str, a_dtype: str) -> ir.Value:
+        """Bring operand b to a's type: tir allows int32 loop vars next to int64 values, scalars next to vectors."""
+        if b_value.type == a.type:
+            return b_value
+        return self.cast(b_value, b_dtype, a_dtype)
+
+    def index_value(self, index: tir.PrimExpr) -> ir.Value:
+        """A scalar index as i64 (sign-extended)."""
+        value = self.expr(index)
+        parsed = dtype_of(index.dtype)
+        if value.type == I64:
+            return value
+        return self.builder.sext(value, I64) if parsed.is_signed else self.builder.zext(value, I64)
+
+    # -- leaves -------------------------------------------------------------------------------
+
+    def _IntImm(self, node: tir.IntImm) -> ir.Value:
+        return const_of(node.dtype, node.value)
+
+    def _FloatImm(self, node: tir.FloatImm) -> ir.Value:
+        return const_of(node.dtype, node.value)
+
+    def _StringImm(self, node: tir.StringImm) -> ir.Value:
+        data = bytearray(node.value.encode() + b"\0")
+        text = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), len(data)),
+                                 self.module.get_unique_name("str"))
+        text.initializer = ir.Constant(text.type.pointee, data)
+        text.global_constant, text.linkage = True, "internal"
+        return self.builder.bitcast(text, PTR)
+
+    def _Var(self, node: tir.Var) -> ir.Value:
+        try:
+            return self.vars[node]
+        except KeyError:
+            raise CompileError(f"cpu_llvm: variable {node.name!r} is used outside the loop or let that binds it") from None
+
+    # -- arithmetic ---------------------------------------------------------------------------
+
+    def _binary(self, node: tir.BinaryOp) -> tuple[ir.Value, ir.Value]:
+        a = self.expr(node.a)
+        b = self._match(a, self.expr(node.b), node.b.dtype, node.a.dtype)
+        return a, b
+
+    def _Add(self, node):
+        a, b = self._binary(node)
+        return self.builder.fadd(a, b) if dtype_of(node.dtype).is_float else self.builder.add(a, b)
+
+    def _Sub(self, node):
+        a, b = self._binary(node)
+        return self.builder.fsub(a, b) if dtype_of(node.dtype).is_float else self.builder.sub(a, b)
+
+    def _Mul(self, node):
+        a, b = self._binary(node)
+        return self.builder.fmul(a, b) if dtype_of(node.dtype).is_float else self.builder.mul(a, b)
+
+    def _Div(self, node):
+        a, b = self._binary(node)
+        parsed = dtype_of(node.dtype)
+        if parsed.is_float:
+            return self.builder.fdiv(a, b)
+        return self.builder.sdiv(a, b) if parsed.is_signed else self.builder.udiv(a, b)
+
+    def _floor_parts(self, node) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+        """(b, truncated quotient, remainder, fix-up condition) for signed floor semantics."""
+        a, b = self._binary(node)
+        builder = self.builder
+        quotient, remainder = builder.sdiv(a, b), builder.srem(a, b)
+        zero = ir.Constant(a.type, None)
+        # the remainder's sign differs from the divisor's: floor is one below the truncation
+        needs_fix = builder.and_(builder.icmp_signed("!=", remainder, zero),
+                                 builder.icmp_signed("<", builder.xor(remainder, b), zero))
+        return b, quotient, remainder, needs_fix
+
+    def _FloorDiv(self, node):
+        parsed = dtype_of(node.dtype)
+        if parsed.is_float:
+            a, b = self._binary(node)
+            return emit_math_call(self.builder, "floor", node.dtype, [self.builder.fdiv(a, b)])
+        if not parsed.is_signed:
+            a, b = self._binary(node)
+            return self.builder.udiv(a, b)
+        _, quotient, _, needs_fix = self._floor_parts(node)
+        return self.builder.sub(quotient, self.builder.zext(needs_fix, quotient.type))
+
+    def _FloorMod(self, node):
+        parsed = dtype_of(node.dtype)
+        if parsed.is_float:
+            a, b = self._binary(node)
+            floored = emit_math_call(self.builder, "floor", node.dtype, [self.builder.fdiv(a, b)])
+            return self.builder.fsub(a, self.builder.fmul(floored, b))
+        if not parsed.is_signed:
+            a, b = self._binary(node)
+            return self.builder.urem(a, b)
+        b, _, remainder, needs_fix = self._floor_parts(node)
+        return self.builder.select(needs_fix, self.builder.add(remainder, b), remainder)
+
+    def _Min(self, node):
+        a, b = self._binary(node)
+        return emit_math_call(self.builder, "min", node.dtype, [a, b])
+
+    def _Max(self, node):
+        a, b = self._binary(node)
+        return emit_math_call(self.builder, "max", node.dtype, [a, b])
+
+    # -- comparisons and logic ----------------------------------------------------------------
+
+    def _compare(self, node, symbol: str):
+        a, b = self._binary(node)
+        operand = dtype_of(node.a.dtype)
+        if operand.is_float:
+            if symbol == "!=":
+                return self.builder.fcmp_unordered(symbol, a, b)
+            return self.builder.fcmp_ordered(symbol, a, b)
+        if operand.is_signed:
+            return self.builder.icmp_signed(symbol, a, b)
+        return self.builder.icmp_unsigned(symbol, a, b)
+
+    def _EQ(self, node): return self._compare(node, "==")
+    def _NE(self, node): return self._compare(node, "!=")
+    def _LT(self, node): return self._compare(node, "<")
+    def _LE(self, node): return self._compare(node, "<=")
+    def _GT(self, node): return self._compare(node, ">")
+    def _GE(self, node): return self._compare(node, ">=")
+
+    def _as_bool(self, node: tir.PrimExpr) -> ir.Value:
+        value = self.expr(node)
+        if element_type(value.type) == I1:
+            return value
+        return self.cast(value, node.dtype, with_lanes("bool", node.lanes))
+
+    def _And(self, node):
+        return self.builder.and_(self._as_bool(node.a), self._as_bool(node.b))
+
+    def _Or(self, node):
+        return self.builder.or_(self._as_bool(node.a), self._as_bool(node.b))
+
+    def _Not(self, node):
+        return self.builder.not_(self._as_bool(node.a))
+
+    def _Select(self, node):
+        condition = self._as_bool(node.condition)
+        true_value = self.expr(node.true_value)
+        false_value = self._match(true_value, self.expr(node.false_value), node.false_value.dtype,
+                                  node.true_value.dtype)
+        if lanes_of(condition.type) not in (1, lanes_of(true_value.type)):
+            raise CompileError(f"cpu_llvm: Select condition has {lanes_of(condition.type)} lanes but values have "
+                               f"{lanes_of(true_value.type)}: {node}")
+        return self.builder.select(condition, true_value, false_value)
+
+    def _Cast(self, node):
+        return self.cast(self.expr(node.value), node.value.dtype, node.dtype)
+
+    # -- vectors ------------------------------------------------------------------------------
+
+    def _Ramp(self, node):
+        base = self.expr(node.base)
+        stride = self._match(base, self.expr(node.stride), node.stride.dtype, node.base.dtype)
+        lanes = node.lanes_count
+        offsets = ir.Constant(ir.VectorType(base.type, lanes), [ir.Constant(base.type, i) for i in range(lanes)])
+        return self.builder.add(splat(self.builder, base, lanes),
+                                self.builder.mul(splat(self.builder, stride, lanes), offsets))
+
+    def _Broadcast(self, node):
+        return splat(self.builder, self.expr(node.value), node.lanes_count)
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def buffer_pointer(self, buffer: tir.Buffer) -> ir.Value:
+        try:
+            return self.buffers[buffer]
+        except KeyError:
+            raise CompileError(f"cpu_llvm: buffer {buffer.name!r} is neither a parameter nor allocated here") from None
+
+    def element_pointer(self, buffer: tir.Buffer, index: ir.Value) -> ir.Value:
+        return self.builder.gep(self.buffer_pointer(buffer), [index], inbounds=True)
+
+    @staticmethod
+    def contiguous_base(index: tir.PrimExpr) -> tir.PrimExpr | None:
+        """The base of a stride-1 Ramp index (one vector load/store), else None."""
+        if isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm) and index.stride.value == 1:
+            return index.base
+        return None
+
+    def _from_memory(self, value: ir.Value, dtype: str) -> ir.Value:
+        if dtype_of(dtype).is_bool:
+            return self.builder.icmp_unsigned("!=", value, ir.Constant(value.type, None))
+        return value
+
+    def to_memory(self, value: ir.Value, dtype: str) -> ir.Value:
+        if dtype_of(dtype).is_bool:
+            return self.builder.zext(value, memory_type(dtype))
+        return value
+
+    def _masked_intrinsic(self, kind: str, vector_type: ir.Type) -> ir.Function:
+        element = vector_type.element
+        name_suffix = {ir.FloatType: "f32", ir.DoubleType: "f64", ir.HalfType: "f16"}.get(type(element))
+        suffix = f"v{vector_type.count}{name_suffix or f'i{element.width}'}.p0"
+        mask_type = ir.VectorType(I1, vector_type.count)
+        pointer_type = vector_type.as_pointer()
+        if kind == "load":
+            return declare(self.module, f"llvm.masked.load.{suffix}", vector_type,
+                           [pointer_type, I32, mask_type, vector_type])
+        return declare(self.module, f"llvm.masked.store.{suffix}", ir.VoidType(),
+                       [vector_type, pointer_type, I32, mask_type])
+
+    def _Load(self, node: tir.Load):
+        buffer = node.buffer
+        lanes = node.index.lanes
+        element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
+        mask = self._as_bool(node.predicate) if node.predicate is not None else None
+        base = self.contiguous_base(node.index)
+        builder = self.builder
+        if lanes == 1:
+            if mask is None:
+                return self._from_memory(builder.load(self.element_pointer(buffer, self.index_value(node.index)),
+                                                      align=element_bytes), buffer.dtype)
+            # read a safe element (0) for masked-off scalars instead of branching
+            index = builder.select(mask, self.index_value(node.index), I64(0))
+            loaded = self._from_memory(builder.load(self.element_pointer(buffer, index), align=element_bytes),
+                                       buffer.dtype)
+            return builder.select(mask, loaded, ir.Constant(loaded.type, None))
+        vector_memory_type = memory_type(with_lanes(buffer.dtype, lanes))
+        if base is not None:
+            pointer = builder.bitcast(self.element_pointer(buffer, self.index_value(base)),
+                                      vector_memory_type.as_pointer())
+            if mask is None:
+                return self._from_memory(builder.load(pointer, align=element_bytes), buffer.dtype)
+            if lanes_of(mask.type) == 1:
+                mask = splat(builder, mask, lanes)
+            loaded = builder.call(self._masked_intrinsic("load", vector_memory_type),
+                                  [pointer, I32(element_bytes), mask, ir.Constant(vector_memory_type, None)])
+            return self._from_memory(loaded, buffer.dtype)
+        return self._gather(node, mask, lanes, element_bytes)
+
+    def _gather(self, node: tir.Load, mask, lanes: int, element_bytes: int) -> ir.Value:
+        builder = self.builder
+        indices = self.expr(node.index)
+        result = ir.Constant(value_type(with_lanes(node.buffer.dtype, lanes)), None)
+        for lane in range(lanes):
+            index = builder.extract_element(indices, I32(lane))
+            lane_mask = None
+            if mask is not None:
+                lane_mask = mask if lanes_of(mask.type) == 1 else builder.extract_element(mask, I32(lane))
+                index = builder.select(lane_mask, index, ir.Constant(index.type, 0))
+            index = builder.sext(index, I64) if index.type != I64 else index
+            value = self._from_memory(builder.load(self.element_pointer(node.buffer, index), align=element_bytes),
+                                      node.buffer.dtype)
+            if lane_mask is not None:
+                value = builder.select(lane_mask, value, ir.Constant(value.type, None))
+            result = builder.insert_element(result, value, I32(lane))
+        return result
+
+    def _BufferPointer(self, node: tir.BufferPointer):
+        return self.builder.bitcast(self.element_pointer(node.buffer, self.index_value(node.index)), PTR)
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def _Call(self, node: tir.Call):
+        args = [self.expr(a) for a in node.args]
+        if node.name in MATH_NAMES:
+            args = [self.cast(value, arg.dtype, node.dtype) for value, arg in zip(args, node.args)]
+            return emit_math_call(self.builder, node.name, node.dtype, args)
+        return self.call_intrinsic(self.builder, node, args)

@@ -1,0 +1,118 @@
+"""Math calls of tir (`Call(dtype, "exp", args)`) as LLVM intrinsics or libm functions.
+
+LLVM intrinsics (llvm.exp.v16f32, ...) are used where LLVM has one: the backend
+picks instructions or calls libm itself. Functions without an intrinsic (tanh, erf)
+call libm per lane (`tanhf`, `erff`). float16 math runs in float32.
+"""
+from __future__ import annotations
+
+import llvmlite.ir as ir
+
+from tensorkiln.ir.dtypes import dtype_of, with_lanes
+
+from .cgutils import I32, const_of, declare, value_type
+
+__all__ = ["MATH_NAMES", "emit_math_call"]
+
+_LLVM_INTRINSICS = {
+    "exp": "llvm.exp", "exp2": "llvm.exp2", "log": "llvm.log", "log2": "llvm.log2", "log10": "llvm.log10",
+    "sqrt": "llvm.sqrt", "fabs": "llvm.fabs", "floor": "llvm.floor", "ceil": "llvm.ceil", "trunc": "llvm.trunc",
+    # numpy rounds half to even
+    "round": "llvm.roundeven", "nearbyint": "llvm.nearbyint", "sin": "llvm.sin", "cos": "llvm.cos",
+    "tan": "llvm.tan", "pow": "llvm.pow", "fma": "llvm.fma", "fmuladd": "llvm.fmuladd",
+}
+_LIBM = {"tanh": "tanh", "erf": "erf", "sinh": "sinh", "cosh": "cosh", "asin": "asin", "acos": "acos",
+         "atan": "atan", "atan2": "atan2", "log1p": "log1p", "expm1": "expm1", "fmod": "fmod"}
+_COMPOSITE = {"sigmoid", "rsqrt", "abs", "min", "max", "exp10"}
+
+MATH_NAMES = frozenset(_LLVM_INTRINSICS) | frozenset(_LIBM) | _COMPOSITE
+
+
+def _type_suffix(llvm_type: ir.Type) -> str:
+    if isinstance(llvm_type, ir.VectorType):
+        return f"v{llvm_type.count}{_type_suffix(llvm_type.element)}"
+    if isinstance(llvm_type, ir.HalfType):
+        return "f16"
+    if isinstance(llvm_type, ir.FloatType):
+        return "f32"
+    if isinstance(llvm_type, ir.DoubleType):
+        return "f64"
+    return f"i{llvm_type.width}"
+
+
+def _llvm_intrinsic(builder: ir.IRBuilder, base: str, args: list[ir.Value]) -> ir.Value:
+    llvm_type = args[0].type
+    function = declare(builder.module, f"{base}.{_type_suffix(llvm_type)}", llvm_type, [a.type for a in args])
+    return builder.call(function, args)
+
+
+def _libm_per_lane(builder: ir.IRBuilder, base: str, element_dtype: str, args: list[ir.Value]) -> ir.Value:
+    scalar = value_type(element_dtype)
+    symbol = base + ("f" if dtype_of(element_dtype).bits == 32 else "")
+    function = declare(builder.module, symbol, scalar, [scalar] * len(args))
+    llvm_type = args[0].type
+    if not isinstance(llvm_type, ir.VectorType):
+        return builder.call(function, args)
+    result = ir.Constant(llvm_type, ir.Undefined)
+    for lane in range(llvm_type.count):
+        lane_args = [builder.extract_element(a, I32(lane)) for a in args]
+        result = builder.insert_element(result, builder.call(function, lane_args), I32(lane))
+    return result
+
+
+def _splat(builder: ir.IRBuilder, dtype: str, value: float) -> ir.Value:
+    parsed = dtype_of(dtype)
+    scalar = const_of(parsed.element, value)
+    if parsed.lanes == 1:
+        return scalar
+    return ir.Constant(value_type(dtype), [scalar] * parsed.lanes)
+
+
+def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
+    if name in _LLVM_INTRINSICS:
+        return _llvm_intrinsic(builder, _LLVM_INTRINSICS[name], args)
+    if name in _LIBM:
+        return _libm_per_lane(builder, _LIBM[name], dtype_of(dtype).element, args)
+    (x,) = args[:1]
+    one = _splat(builder, dtype, 1.0)
+    if name == "sigmoid":
+        negated = builder.fsub(_splat(builder, dtype, 0.0), x)
+        return builder.fdiv(one, builder.fadd(one, _llvm_intrinsic(builder, "llvm.exp", [negated])))
+    if name == "rsqrt":
+        return builder.fdiv(one, _llvm_intrinsic(builder, "llvm.sqrt", [x]))
+    if name == "abs":
+        return _llvm_intrinsic(builder, "llvm.fabs", [x])
+    if name == "exp10":
+        return _llvm_intrinsic(builder, "llvm.exp2", [builder.fmul(x, _splat(builder, dtype, 3.321928094887362))])
+    if name in ("min", "max"):
+        # compare + select, as numpy's fmin/fmax on non-NaN inputs; vectorises to vminps/vmaxps
+        is_less = builder.fcmp_ordered("<" if name == "min" else ">", args[0], args[1])
+        return builder.select(is_less, args[0], args[1])
+    raise KeyError(name)
+
+
+def _int_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
+    signed = dtype_of(dtype).is_signed
+    if name in ("abs", "fabs"):
+        x = args[0]
+        if not signed:
+            return x
+        negative = builder.icmp_signed("<", x, ir.Constant(x.type, None))
+        return builder.select(negative, builder.neg(x), x)
+    if name in ("min", "max"):
+        compare = builder.icmp_signed if signed else builder.icmp_unsigned
+        return builder.select(compare("<" if name == "min" else ">", args[0], args[1]), args[0], args[1])
+    raise KeyError(name)
+
+
+def emit_math_call(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
+    """Emit `name(args)` whose result has tir dtype `dtype`; raises KeyError for unknown names."""
+    parsed = dtype_of(dtype)
+    if parsed.is_int or parsed.is_bool:
+        return _int_math(builder, name, dtype, args)
+    if parsed.bits == 16:
+        # half math runs in float32: libm has no half functions and LLVM would promote anyway
+        wide = with_lanes("float32", parsed.lanes)
+        widened = [builder.fpext(a, value_type(wide)) for a in args]
+        return builder.fptrunc(_float_math(builder, name, wide, widened), value_type(dtype))
+    return _float_math(builder, name, dtype, args)

@@ -1,0 +1,102 @@
+"""The cpu_llvm runtime loader: object code -> MCJIT in this process, or -> a shared library.
+
+`LLVMLoader.load(artifact, target)` adds the artifact's object code to an MCJIT
+engine (no second compile) after making libgomp, libm and the intrinsics'
+extern libraries visible, and returns a `JITModule` whose kernels take numpy
+arrays (see `tensorkiln.sdk.native`). `JITModule.export_library(path)` links the
+same object into a shared library with the system C compiler; it loads again
+with `tensorkiln.runtime.load_module(path)`, which needs no llvmlite.
+"""
+from __future__ import annotations
+
+import ctypes.util
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+
+import llvmlite.binding as llvm
+
+from tensorkiln.ir.errors import ArtifactError, CompileError
+from tensorkiln.sdk import Artifact, RuntimeLoader
+from tensorkiln.sdk.native import NativeModule
+
+from .host import machine_config, new_target_machine
+
+__all__ = ["LLVMLoader", "JITModule", "link_shared_library", "RUNTIME_LIBRARIES"]
+
+RUNTIME_LIBRARIES = ("gomp", "m")
+"""Linked into every exported library: libgomp runs parallel loops, libm the math calls."""
+_JIT_LIBRARIES = (*RUNTIME_LIBRARIES, "gcc_s")
+"""The JIT also needs libgcc_s for float16 conversions (__truncdfhf2); `cc` links it by itself."""
+
+
+@functools.cache
+def _load_runtime_libraries() -> None:
+    for name in _JIT_LIBRARIES:
+        path = ctypes.util.find_library(name) or f"lib{name}.so.1"
+        try:
+            llvm.load_library_permanently(path)
+        except RuntimeError as error:
+            raise CompileError(f"cpu_llvm needs lib{name} at run time ({path}): {error}; "
+                               f"install it (e.g. apt-get install lib{name}1)") from None
+
+
+@functools.cache
+def _load_extern_library(path: str) -> None:
+    try:
+        llvm.load_library_permanently(path)
+    except RuntimeError as error:
+        raise CompileError(f"cpu_llvm: cannot load intrinsic library {path!r}: {error}") from None
+
+
+def link_shared_library(object_code: bytes, path: str, libraries=()) -> None:
+    """Link `object_code` into the shared library `path` with `cc -shared`."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if compiler is None:
+        raise CompileError("export_library needs a C compiler driver (cc, gcc or clang) on PATH to link "
+                           "the shared library")
+    with tempfile.TemporaryDirectory(prefix="tensorkiln-") as scratch:
+        object_path = os.path.join(scratch, "module.o")
+        with open(object_path, "wb") as handle:
+            handle.write(object_code)
+        extern = []
+        for library in libraries:
+            extern += [library, f"-Wl,-rpath,{os.path.dirname(os.path.abspath(library))}"]
+        command = [compiler, "-shared", "-o", os.fspath(path), object_path, *extern,
+                   *(f"-l{name}" for name in RUNTIME_LIBRARIES)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise CompileError(f"linking {path} failed ({' '.join(command)}):\n{result.stderr}")
+
+
+class JITModule(NativeModule):
+    """Kernels compiled into this process by MCJIT; exportable as a shared library."""
+
+    def __init__(self, artifact: Artifact, engine: llvm.ExecutionEngine) -> None:
+        def lookup(symbol: str) -> int:
+            return engine.get_global_value_address(symbol) or engine.get_function_address(symbol)
+        super().__init__(artifact, lookup, engine)
+        self.engine = engine
+
+    def export_library(self, path: str) -> None:
+        """Write a shared library that `tensorkiln.runtime.load_module(path)` loads without llvmlite."""
+        link_shared_library(self.artifact.binary, path, self.artifact.metadata.get("libraries", ()))
+
+
+class LLVMLoader(RuntimeLoader):
+    """Loads cpu_llvm artifacts (format "llvm-ir" with object code) into this process."""
+
+    def load(self, artifact: Artifact, target) -> JITModule:
+        if artifact.format != "llvm-ir" or not artifact.binary:
+            raise ArtifactError(f"cpu_llvm loads artifacts of format 'llvm-ir' with object code, got "
+                                f"{artifact.format!r}{'' if artifact.binary else ' without object code'}")
+        _load_runtime_libraries()
+        for library in artifact.metadata.get("libraries", ()):
+            _load_extern_library(library)
+        machine = new_target_machine(machine_config(target))  # owned by the engine
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
+        engine.add_object_file(llvm.ObjectFileRef.from_data(artifact.binary))
+        engine.finalize_object()
+        return JITModule(artifact, engine)

@@ -1,0 +1,242 @@
+"""tir statements -> LLVM control flow: stores, loops (serial, unrolled, vectorized, parallel),
+guards, allocations, lets and intrinsic calls.
+
+Parallel loops are outlined into a function `void body(void* closure)` run by
+libgomp: `GOMP_parallel(body, closure, num_threads, 0)`; each thread takes one
+static chunk of the iteration space (`omp_get_thread_num` / `omp_get_num_threads`).
+The closure holds every variable and buffer pointer in scope, so the body sees
+what it saw before outlining; allocations inside the body are per thread.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+import llvmlite.ir as ir
+
+from tensorkiln import tir
+from tensorkiln.ir.dtypes import dtype_of
+from tensorkiln.ir.errors import CompileError
+
+from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, lanes_of, memory_type, splat, value_type
+from .exprs import ExprCodegen
+
+__all__ = ["FunctionCodegen", "STACK_BYTES_LIMIT", "UNROLL_INLINE_LIMIT", "UNROLL_PARTIAL_COUNT", "NUM_THREADS_GLOBAL"]
+
+STACK_BYTES_LIMIT = 64 * 1024
+"""Constant-size allocations up to this size live on the stack; larger ones on the heap."""
+UNROLL_INLINE_LIMIT = 16
+"""UNROLLED loops with a constant extent up to this are emitted unrolled; longer ones get unroll metadata."""
+UNROLL_PARTIAL_COUNT = 8
+"""Unroll factor asked of LLVM for longer UNROLLED loops: full unrolling of nested 1024-loops (the seed's
+example) would take LLVM minutes and blow the instruction cache."""
+HEAP_ALIGNMENT = 64
+NUM_THREADS_GLOBAL = "tensorkiln_num_threads"
+
+
+class FunctionCodegen(ExprCodegen):
+    """Emit the body of one LLVM function from tir statements."""
+
+    def __init__(self, module: ir.Module, function: ir.Function, call_intrinsic, in_parallel: bool = False) -> None:
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        super().__init__(module, builder, call_intrinsic)
+        self.function = function
+        self.in_parallel = in_parallel
+        self._outlined = itertools.count()
+
+    def stmt(self, node: tir.Stmt) -> None:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise CompileError(f"cpu_llvm cannot compile statement {type(node).__name__}:\n{node}")
+        method(node)
+
+    # -- simple statements --------------------------------------------------------------------
+
+    def _SeqStmt(self, node: tir.SeqStmt) -> None:
+        for child in node.stmts:
+            self.stmt(child)
+
+    def _Evaluate(self, node: tir.Evaluate) -> None:
+        if not isinstance(node.value, (tir.IntImm, tir.FloatImm)):
+            self.expr(node.value)
+
+    def _Barrier(self, node: tir.Barrier) -> None:
+        # one CPU thread runs each work item to completion: nothing to wait for
+        return None
+
+    def _LetStmt(self, node: tir.LetStmt) -> None:
+        self.vars[node.var] = self.expr(node.value)
+        try:
+            self.stmt(node.body)
+        finally:
+            del self.vars[node.var]
+
+    def _IfThenElse(self, node: tir.IfThenElse) -> None:
+        condition = self._as_bool(node.condition)
+        if lanes_of(condition.type) != 1:
+            raise CompileError(f"cpu_llvm: IfThenElse needs a scalar condition, got {node.condition.dtype}:\n{node}")
+        if node.else_case is None:
+            with self.builder.if_then(condition):
+                self.stmt(node.then_case)
+            return
+        with self.builder.if_else(condition) as (then, otherwise):
+            with then:
+                self.stmt(node.then_case)
+            with otherwise:
+                self.stmt(node.else_case)
+
+    # -- stores -------------------------------------------------------------------------------
+
+    def _Store(self, node: tir.Store) -> None:
+        buffer = node.buffer
+        lanes = node.index.lanes
+        element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
+        value = self.cast(self.expr(node.value), node.value.dtype,
+                          f"{dtype_of(buffer.dtype).element}x{lanes}" if lanes > 1 else buffer.dtype)
+        value = self.to_memory(value, buffer.dtype)
+        mask = self._as_bool(node.predicate) if node.predicate is not None else None
+        builder = self.builder
+        base = self.contiguous_base(node.index)
+        if lanes == 1:
+            pointer = self.element_pointer(buffer, self.index_value(node.index))
+            if mask is None:
+                builder.store(value, pointer, align=element_bytes)
+            else:
+                with builder.if_then(mask):
+                    builder.store(value, pointer, align=element_bytes)
+            return
+        if base is not None:
+            pointer = builder.bitcast(self.element_pointer(buffer, self.index_value(base)), value.type.as_pointer())
+            if mask is None:
+                builder.store(value, pointer, align=element_bytes)
+            else:
+                if lanes_of(mask.type) == 1:
+                    mask = splat(builder, mask, lanes)
+                builder.call(self._masked_intrinsic("store", value.type), [value, pointer, I32(element_bytes), mask])
+            return
+        self._scatter(node, value, mask, lanes, element_bytes)
+
+    def _scatter(self, node: tir.Store, value: ir.Value, mask, lanes: int, element_bytes: int) -> None:
+        builder = self.builder
+        indices = self.expr(node.index)
+        for lane in range(lanes):
+            index = builder.extract_element(indices, I32(lane))
+            index = builder.sext(index, I64) if index.type != I64 else index
+            lane_value = builder.extract_element(value, I32(lane))
+            pointer = self.element_pointer(node.buffer, index)
+            if mask is None:
+                builder.store(lane_value, pointer, align=element_bytes)
+                continue
+            lane_mask = mask if lanes_of(mask.type) == 1 else builder.extract_element(mask, I32(lane))
+            with builder.if_then(lane_mask):
+                builder.store(lane_value, pointer, align=element_bytes)
+
+    # -- allocations --------------------------------------------------------------------------
+
+    def _Allocate(self, node: tir.Allocate) -> None:
+        # every scope ("global", "local", and a GPU schedule's "shared") is ordinary memory on a CPU
+        buffer = node.buffer
+        element_type = memory_type(buffer.dtype)
+        element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
+        sizes = [dim.value if isinstance(dim, tir.IntImm) else None for dim in buffer.shape]
+        if all(size is not None for size in sizes) and math.prod(sizes) * element_bytes <= STACK_BYTES_LIMIT:
+            pointer = alloca_in_entry(self.builder, element_type, max(1, math.prod(sizes)), name=buffer.name,
+                                      align=HEAP_ALIGNMENT)
+            self.buffers[buffer] = pointer
+            self.stmt(node.body)
+            del self.buffers[buffer]
+            return
+        count = I64(1)
+        for dim in buffer.shape:
+            count = self.builder.mul(count, self.index_value(dim))
+        nbytes = self.builder.mul(count, I64(element_bytes))
+        # aligned_alloc wants a multiple of the alignment
+        rounded = self.builder.and_(self.builder.add(nbytes, I64(HEAP_ALIGNMENT - 1)), I64(-HEAP_ALIGNMENT))
+        aligned_alloc = declare(self.module, "aligned_alloc", PTR, [I64, I64])
+        free = declare(self.module, "free", VOID, [PTR])
+        raw = self.builder.call(aligned_alloc, [I64(HEAP_ALIGNMENT), rounded], name=buffer.name)
+        self.buffers[buffer] = self.builder.bitcast(raw, element_type.as_pointer())
+        self.stmt(node.body)
+        del self.buffers[buffer]
+        self.builder.call(free, [raw])
+
+    # -- loops --------------------------------------------------------------------------------
+
+    def _For(self, node: tir.For) -> None:
+        kind = node.kind
+        if kind == tir.ForKind.THREAD_BINDING:
+            raise CompileError(f"cpu_llvm cannot run loop {node.loop_var.name!r} bound to {node.thread_tag!r}: "
+                               "thread binding is for GPU targets; use parallel() on CPUs")
+        if kind == tir.ForKind.PARALLEL and not self.in_parallel:
+            self._parallel_for(node)
+            return
+        if kind == tir.ForKind.UNROLLED and isinstance(node.extent, tir.IntImm) \
+                and node.extent.value <= UNROLL_INLINE_LIMIT:
+            start = self.expr(node.min)
+            for step in range(node.extent.value):
+                self.vars[node.loop_var] = self.builder.add(start, ir.Constant(start.type, step))
+                self.stmt(node.body)
+            del self.vars[node.loop_var]
+            return
+        metadata = {
+            tir.ForKind.UNROLLED: {"llvm.loop.unroll.count": UNROLL_PARTIAL_COUNT},
+            tir.ForKind.VECTORIZED: {"llvm.loop.vectorize.enable": True},
+        }.get(kind)
+        self._serial_for(node, self.expr(node.min), self.expr(node.extent), metadata)
+
+    def _serial_for(self, node: tir.For, start: ir.Value, extent: ir.Value, metadata=None) -> None:
+        loop_type = value_type(node.loop_var.dtype)
+        start = self.cast(start, node.min.dtype, node.loop_var.dtype) if start.type != loop_type else start
+        extent = self.cast(extent, node.extent.dtype, node.loop_var.dtype) if extent.type != loop_type else extent
+        with for_range(self.builder, start, self.builder.add(start, extent), metadata, name=node.loop_var.name) as i:
+            self.vars[node.loop_var] = i
+            self.stmt(node.body)
+        del self.vars[node.loop_var]
+
+    def _parallel_for(self, node: tir.For) -> None:
+        builder = self.builder
+        loop_type = value_type(node.loop_var.dtype)
+        start = self.cast(self.expr(node.min), node.min.dtype, node.loop_var.dtype)
+        extent = self.cast(self.expr(node.extent), node.extent.dtype, node.loop_var.dtype)
+        captured_vars = list(self.vars.items())
+        captured_buffers = list(self.buffers.items())
+        values = [start, extent, *(v for _, v in captured_vars), *(p for _, p in captured_buffers)]
+        closure_type = ir.LiteralStructType([v.type for v in values])
+        closure = alloca_in_entry(builder, closure_type, name="closure")
+        for slot, value in enumerate(values):
+            builder.store(value, builder.gep(closure, [I32(0), I32(slot)], inbounds=True))
+
+        body = ir.Function(self.module, ir.FunctionType(VOID, [PTR]),
+                           f"{self.function.name}.parallel{next(self._outlined)}")
+        body.linkage = "internal"
+        child = FunctionCodegen(self.module, body, self.call_intrinsic, in_parallel=True)
+        child._outlined = self._outlined
+        child_builder = child.builder
+        unpacked_closure = child_builder.bitcast(body.args[0], closure_type.as_pointer())
+        unpacked = [child_builder.load(child_builder.gep(unpacked_closure, [I32(0), I32(slot)], inbounds=True))
+                    for slot in range(len(values))]
+        child_start, child_extent = unpacked[0], unpacked[1]
+        child.vars = {var: value for (var, _), value in zip(captured_vars, unpacked[2:])}
+        child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, unpacked[2 + len(captured_vars):])}
+        first, count = child._static_chunk(child_extent, loop_type)
+        child._serial_for(node, child_builder.add(child_start, first), count)
+        child_builder.ret_void()
+
+        gomp_parallel = declare(self.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        num_threads = builder.load(self.module.get_global(NUM_THREADS_GLOBAL))
+        builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(closure, PTR), num_threads, I32(0)])
+
+    def _static_chunk(self, extent: ir.Value, loop_type: ir.Type) -> tuple[ir.Value, ir.Value]:
+        """(first iteration, iteration count) of this thread's contiguous share of `extent`."""
+        builder = self.builder
+        thread = builder.call(declare(self.module, "omp_get_thread_num", I32, []), [])
+        threads = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
+        if loop_type != I32:
+            thread, threads = builder.sext(thread, loop_type), builder.sext(threads, loop_type)
+        one = ir.Constant(loop_type, 1)
+        chunk = builder.sdiv(builder.sub(builder.add(extent, threads), one), threads)
+        first = builder.mul(thread, chunk)
+        first = builder.select(builder.icmp_signed("<", first, extent), first, extent)
+        remaining = builder.sub(extent, first)
+        count = builder.select(builder.icmp_signed("<", chunk, remaining), chunk, remaining)
+        return first, count

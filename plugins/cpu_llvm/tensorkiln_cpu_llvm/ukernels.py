@@ -1,0 +1,226 @@
+"""fp32 GEMM kernels written with llvmlite's builder, exported as LLVM IR text for SourceImpl.
+
+Both follow the intrinsic argument convention (tensorkiln.sdk.intrinsic_impl)::
+
+    void tk_sgemm_ukernel_MRxNR(float* A, float* B, float* C, i64 lda, i64 ldb, i64 ldc, i64 K, i32 accumulate)
+        C[MR, NR] (+)= A[MR, K] @ B[K, NR]; MR x NR/VL vector accumulators stay in registers over K
+    void tk_sgemm_tile(float* A, float* B, float* C, i64 lda, i64 ldb, i64 ldc, i64 M, i64 K, i64 N, i32 accumulate)
+        any M x N x K (extents in the description's order): the micro-kernel on full tiles, a masked
+        kernel on the edges
+
+`GemmTile` picks the register tile: AVX-512 8x32 (16 zmm accumulators), AVX2 6x16
+(12 ymm accumulators).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from .cgutils import I1, I32, I64, VOID, alloca_in_entry, declare, for_range
+
+__all__ = ["GemmTile", "AVX512_TILE", "AVX2_TILE", "ukernel_source", "tile_gemm_source", "ukernel_symbol"]
+
+F32 = ir.FloatType()
+F32_PTR = F32.as_pointer()
+_SIGNATURE_HEAD = [F32_PTR, F32_PTR, F32_PTR, I64, I64, I64]
+
+
+@dataclass(frozen=True)
+class GemmTile:
+    """Register tile: `mr` rows x `nr` columns, in vectors of `lanes` floats."""
+
+    mr: int
+    nr: int
+    lanes: int
+
+    @property
+    def vectors_per_row(self) -> int:
+        return self.nr // self.lanes
+
+
+AVX512_TILE = GemmTile(mr=8, nr=32, lanes=16)
+AVX2_TILE = GemmTile(mr=6, nr=16, lanes=8)
+
+
+def ukernel_symbol(tile: GemmTile) -> str:
+    return f"tk_sgemm_ukernel_{tile.mr}x{tile.nr}"
+
+
+def _vector(lanes: int) -> ir.VectorType:
+    return ir.VectorType(F32, lanes)
+
+
+def _splat_load(builder: ir.IRBuilder, pointer: ir.Value, lanes: int) -> ir.Value:
+    scalar = builder.load(pointer, align=4)
+    vector_type = _vector(lanes)
+    single = builder.insert_element(ir.Constant(vector_type, ir.Undefined), scalar, I32(0))
+    return builder.shuffle_vector(single, ir.Constant(vector_type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+
+def _vector_pointer(builder: ir.IRBuilder, base: ir.Value, offset: ir.Value, lanes: int) -> ir.Value:
+    return builder.bitcast(builder.gep(base, [offset], inbounds=True), _vector(lanes).as_pointer())
+
+
+def _fma(module: ir.Module, lanes: int) -> ir.Function:
+    vector_type = _vector(lanes)
+    return declare(module, f"llvm.fma.v{lanes}f32", vector_type, [vector_type] * 3)
+
+
+def _masked(module: ir.Module, kind: str, lanes: int) -> ir.Function:
+    vector_type, mask_type = _vector(lanes), ir.VectorType(I1, lanes)
+    if kind == "load":
+        return declare(module, f"llvm.masked.load.v{lanes}f32.p0", vector_type,
+                       [vector_type.as_pointer(), I32, mask_type, vector_type])
+    return declare(module, f"llvm.masked.store.v{lanes}f32.p0", VOID,
+                   [vector_type, vector_type.as_pointer(), I32, mask_type])
+
+
+def _define_ukernel(module: ir.Module, tile: GemmTile, name: str, linkage: str = "", b_strides: int = 1) -> ir.Function:
+    """`b_strides` > 1: B is a tile of a higher-rank buffer (packed Bp[N/nr, K, nr]); its last stride is ldb."""
+    head = [F32_PTR, F32_PTR, F32_PTR, I64, *([I64] * b_strides), I64]
+    function = ir.Function(module, ir.FunctionType(VOID, [*head, I64, I32]), name)
+    if linkage:
+        function.linkage = linkage
+    function.attributes.add("nounwind")
+    a, b, c, lda, *b_stride_args, ldc, k_extent, accumulate = function.args
+    ldb = b_stride_args[-1]
+    labels = ("A", "B", "C", "lda", *(f"ldb{n}" for n in range(b_strides)), "ldc", "K", "accumulate")
+    for argument, label in zip(function.args, labels):
+        argument.name = label
+    for pointer in (a, b, c):
+        pointer.add_attribute("noalias")
+    entry = function.append_basic_block("entry")
+    loop = function.append_basic_block("k.loop")
+    done = function.append_basic_block("k.done")
+    builder = ir.IRBuilder(entry)
+    zero = ir.Constant(_vector(tile.lanes), None)
+    count = tile.mr * tile.vectors_per_row
+    row_offsets = [builder.mul(lda, I64(row)) for row in range(tile.mr)]
+    builder.cbranch(builder.icmp_signed(">", k_extent, I64(0)), loop, done)
+
+    builder.position_at_end(loop)
+    k = builder.phi(I64, name="k")
+    accumulators = [builder.phi(_vector(tile.lanes), name=f"acc{n}") for n in range(count)]
+    b_row = builder.mul(k, ldb)
+    b_vectors = [builder.load(_vector_pointer(builder, b, builder.add(b_row, I64(v * tile.lanes)), tile.lanes),
+                              align=4) for v in range(tile.vectors_per_row)]
+    fma = _fma(module, tile.lanes)
+    updated = []
+    for row in range(tile.mr):
+        a_value = _splat_load(builder, builder.gep(a, [builder.add(row_offsets[row], k)], inbounds=True), tile.lanes)
+        for v in range(tile.vectors_per_row):
+            updated.append(builder.call(fma, [a_value, b_vectors[v], accumulators[row * tile.vectors_per_row + v]]))
+    k_next = builder.add(k, I64(1), flags=["nsw"])
+    builder.cbranch(builder.icmp_signed("<", k_next, k_extent), loop, done)
+    k.add_incoming(I64(0), entry)
+    k.add_incoming(k_next, loop)
+    for phi, value in zip(accumulators, updated):
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(value, loop)
+
+    builder.position_at_end(done)
+    finals = []
+    for n in range(count):
+        phi = builder.phi(_vector(tile.lanes))
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(updated[n], loop)
+        finals.append(phi)
+    is_accumulating = builder.icmp_signed("!=", accumulate, I32(0))
+    pointers = [_vector_pointer(builder, c, builder.add(builder.mul(ldc, I64(row)), I64(v * tile.lanes)), tile.lanes)
+                for row in range(tile.mr) for v in range(tile.vectors_per_row)]
+    # C is read only when accumulating: it may be uninitialised otherwise
+    with builder.if_else(is_accumulating) as (then, otherwise):
+        with then:
+            for pointer, value in zip(pointers, finals):
+                builder.store(builder.fadd(builder.load(pointer, align=4), value), pointer, align=4)
+        with otherwise:
+            for pointer, value in zip(pointers, finals):
+                builder.store(value, pointer, align=4)
+    builder.ret_void()
+    return function
+
+
+def _define_edge_kernel(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
+    """C[m, n] (+)= A[m, K] @ B[K, n] for m <= mr, n <= nr, one row and one masked vector at a time."""
+    function = ir.Function(module, ir.FunctionType(VOID, [*_SIGNATURE_HEAD, I64, I64, I64, I32]), name)
+    function.linkage = "internal"
+    a, b, c, lda, ldb, ldc, m_extent, n_extent, k_extent, accumulate = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    lanes = tile.lanes
+    lane_ids = ir.Constant(ir.VectorType(I64, lanes), [I64(i) for i in range(lanes)])
+    vector_count = builder.sdiv(builder.add(n_extent, I64(lanes - 1)), I64(lanes))
+    fma, load, store = _fma(module, lanes), _masked(module, "load", lanes), _masked(module, "store", lanes)
+    zero = ir.Constant(_vector(lanes), None)
+    with for_range(builder, I64(0), m_extent, name="row") as row:
+        with for_range(builder, I64(0), vector_count, name="vec") as vec:
+            column = builder.mul(vec, I64(lanes))
+            remaining = builder.sub(n_extent, column)
+            splat_remaining = builder.insert_element(ir.Constant(ir.VectorType(I64, lanes), ir.Undefined),
+                                                     remaining, I32(0))
+            splat_remaining = builder.shuffle_vector(splat_remaining, ir.Constant(splat_remaining.type, ir.Undefined),
+                                                     ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+            mask = builder.icmp_signed("<", lane_ids, splat_remaining)
+            slot = alloca_in_entry(builder, _vector(lanes))
+            builder.store(zero, slot)
+            with for_range(builder, I64(0), k_extent, name="k") as k:
+                a_value = _splat_load(builder, builder.gep(a, [builder.add(builder.mul(row, lda), k)]), lanes)
+                b_pointer = _vector_pointer(builder, b, builder.add(builder.mul(k, ldb), column), lanes)
+                b_value = builder.call(load, [b_pointer, I32(4), mask, zero])
+                builder.store(builder.call(fma, [a_value, b_value, builder.load(slot)]), slot)
+            c_pointer = _vector_pointer(builder, c, builder.add(builder.mul(row, ldc), column), lanes)
+            total = builder.load(slot)
+            with builder.if_then(builder.icmp_signed("!=", accumulate, I32(0))):
+                builder.store(builder.fadd(builder.call(load, [c_pointer, I32(4), mask, zero]), total), slot)
+            builder.call(store, [builder.load(slot), c_pointer, I32(4), mask])
+    builder.ret_void()
+    return function
+
+
+def _new_module(name: str) -> ir.Module:
+    module = ir.Module(name=name)
+    return module
+
+
+def ukernel_source(tile: GemmTile, symbol: str | None = None, b_strides: int = 1) -> str:
+    """LLVM IR text defining the micro-kernel `symbol` (default `ukernel_symbol(tile)`)."""
+    symbol = symbol or ukernel_symbol(tile)
+    module = _new_module(symbol)
+    _define_ukernel(module, tile, symbol, b_strides=b_strides)
+    return str(module)
+
+
+def tile_gemm_source(tile: GemmTile, symbol: str = "tk_sgemm_tile", extent_order=("M", "N", "K")) -> str:
+    """LLVM IR text defining `symbol(A, B, C, lda, ldb, ldc, <M, N, K in extent_order>, accumulate)`."""
+    module = _new_module(symbol)
+    micro = _define_ukernel(module, tile, f"{symbol}.ukernel", linkage="internal")
+    edge = _define_edge_kernel(module, tile, f"{symbol}.edge")
+    function = ir.Function(module, ir.FunctionType(VOID, [*_SIGNATURE_HEAD, I64, I64, I64, I32]), symbol)
+    a, b, c, lda, ldb, ldc, *extents, accumulate = function.args
+    by_name = dict(zip(extent_order, extents))
+    m_extent, n_extent, k_extent = by_name["M"], by_name["N"], by_name["K"]
+    for argument, label in zip(function.args, ("A", "B", "C", "lda", "ldb", "ldc", *extent_order, "accumulate")):
+        argument.name = label
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    row_tiles = builder.sdiv(builder.add(m_extent, I64(tile.mr - 1)), I64(tile.mr))
+    column_tiles = builder.sdiv(builder.add(n_extent, I64(tile.nr - 1)), I64(tile.nr))
+    with for_range(builder, I64(0), row_tiles, name="it") as it:
+        with for_range(builder, I64(0), column_tiles, name="jt") as jt:
+            row, column = builder.mul(it, I64(tile.mr)), builder.mul(jt, I64(tile.nr))
+            a_tile = builder.gep(a, [builder.mul(row, lda)], inbounds=True)
+            b_tile = builder.gep(b, [column], inbounds=True)
+            c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
+            rows = builder.sub(m_extent, row)
+            rows = builder.select(builder.icmp_signed("<", rows, I64(tile.mr)), rows, I64(tile.mr))
+            columns = builder.sub(n_extent, column)
+            columns = builder.select(builder.icmp_signed("<", columns, I64(tile.nr)), columns, I64(tile.nr))
+            is_full = builder.and_(builder.icmp_signed("==", rows, I64(tile.mr)),
+                                   builder.icmp_signed("==", columns, I64(tile.nr)))
+            with builder.if_else(is_full, likely=True) as (then, otherwise):
+                with then:
+                    builder.call(micro, [a_tile, b_tile, c_tile, lda, ldb, ldc, k_extent, accumulate])
+                with otherwise:
+                    builder.call(edge, [a_tile, b_tile, c_tile, lda, ldb, ldc, rows, columns, k_extent, accumulate])
+    builder.ret_void()
+    return str(module)

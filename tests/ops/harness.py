@@ -1,0 +1,61 @@
+"""Run one registered op (or a te DAG) through compute -> default schedule -> lower -> run.
+
+`run_op` builds placeholders for the case's arrays, calls the registry's compute and
+schedule, then runs the kernel with the tir interpreter ("interpret") or compiled for
+llvm ("llvm"), and returns the outputs as numpy arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+import tensorkiln as tk
+import tensorkiln.ops  # noqa: F401  (attaches computes and schedules to the registry)
+from tensorkiln import te, tir
+from tensorkiln.graph.types import TensorType
+from tensorkiln.ir.dtypes import from_numpy, to_numpy
+
+__all__ = ["run_op", "run_schedule", "assert_matches", "llvm_available", "LLVM"]
+
+
+def llvm_available() -> bool:
+    try:
+        return tk.target("llvm").spec.is_available
+    except Exception:  # a broken plugin install is reported by the sdk tests
+        return False
+
+
+LLVM = tk.target("llvm")
+
+
+def run_schedule(s, inputs: list, outputs: list, arrays: list[np.ndarray], backend: str) -> list[np.ndarray]:
+    """Run schedule `s` on `arrays`; returns fresh output arrays."""
+    results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
+    if backend == "interpret":
+        tir.interpret(tir.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
+    else:
+        tk.build(s, [*inputs, *outputs], target=LLVM, name="kernel")(*arrays, *results)
+    return results
+
+
+def run_op(op, arrays: list[np.ndarray], attrs, backend: str) -> list[np.ndarray]:
+    """The op's outputs for `arrays`, computed by its te compute and default schedule."""
+    inputs = [te.placeholder(a.shape, from_numpy(a.dtype), name=f"input{i}") for i, a in enumerate(arrays)]
+    out_type = op.type_rule(tuple(TensorType(a.shape, t.dtype) for a, t in zip(arrays, inputs)), attrs)
+    outputs = op.compute(inputs, attrs, out_type)
+    outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+    return run_schedule(op.schedule(outputs, LLVM), inputs, outputs, arrays, backend)
+
+
+def assert_matches(op, actual: list[np.ndarray], arrays: list[np.ndarray], attrs, atol: float) -> None:
+    """Compare with the registered numpy reference, using the op's tolerance for the dtype."""
+    expected = op.reference(*arrays, attrs)
+    expected = list(expected) if isinstance(expected, tuple) else [expected]
+    assert len(actual) == len(expected), f"{op.name}: {len(actual)} outputs, reference has {len(expected)}"
+    for got, want in zip(actual, expected):
+        want = np.asarray(want)
+        assert got.shape == want.shape and got.dtype == want.dtype, \
+            f"{op.name}: got {got.dtype}{got.shape}, reference {want.dtype}{want.shape}"
+        rtol = op.rtol(str(want.dtype))
+        scale = 10 * rtol if want.dtype == np.float16 else atol
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=max(rtol, 1e-6),
+                                   atol=scale, equal_nan=True, err_msg=f"{op.name}")

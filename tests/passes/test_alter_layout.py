@@ -1,0 +1,75 @@
+"""alter_layout: conv2d converted to the target's preferred layout, transforms only at boundaries."""
+import numpy as np
+
+from tensorkiln import graph
+from tensorkiln.graph import Module
+from tensorkiln.passes import PassContext, PassManager, alter_layout
+from tensorkiln.sdk.manifest import PluginManifest
+from tensorkiln.sdk.target import Target, TargetSpec
+
+from _graphs import const, inception, random_input
+
+
+def _fake_target(layout: str) -> Target:
+    manifest = PluginManifest.model_validate({
+        "plugin": {"name": "fake_nhwc", "version": "0.1.0", "sdk_api": ">=1.0,<2", "device_kind": "cpu",
+                   "available": False, "unavailable_reason": "test target"},
+        "layouts": [{"op": "nn.conv2d", "layout": layout}]})
+    return Target(TargetSpec(manifest=manifest), {})
+
+
+def _calls(mod, name):
+    return [n for n in graph.post_order(mod.main.body) if isinstance(n, graph.Call) and n.op.name == name]
+
+
+def _conv_chain():
+    x = graph.var("x", shape=(1, 3, 8, 8))
+    y = graph.nn.relu(graph.nn.bias_add(graph.nn.conv2d(x, const(4, 3, 3, 3), padding=1), const(4)))
+    y = graph.nn.conv2d(y * graph.const(2.0), const(6, 4, 1, 1)) + const(6, 1, 1)
+    return x, Module.from_expr(graph.nn.max_pool2d(graph.nn.relu(y), pool_size=2, strides=2))
+
+
+def test_nhwc_preference_converts_convs_with_transforms_only_at_the_boundaries():
+    x, before = _conv_chain()
+    after = alter_layout(before, target=_fake_target("NHWC"))
+    assert [c.attrs.data_layout for c in _calls(after, "nn.conv2d")] == ["NHWC", "NHWC"]
+    assert [c.attrs.kernel_layout for c in _calls(after, "nn.conv2d")] == ["HWIO", "HWIO"]
+    transforms = _calls(after, "layout_transform")
+    # one into the region (the input), one out of it (before max_pool2d, which knows only NCHW)
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW", "NHWC"), ("NHWC", "NCHW")]
+    assert transforms[0].args[0] is x
+    assert _calls(after, "nn.max_pool2d")[0].args[0] is transforms[1]
+    assert _calls(after, "nn.bias_add")[0].attrs.axis == 3
+    data = random_input(x)
+    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5)
+
+
+def test_nhwc_on_a_branchy_graph_keeps_concatenate_inside_the_region():
+    before = inception(blocks=2)
+    after = alter_layout(before, config={"nn.conv2d": "NHWC"})
+    assert all(c.attrs.axis == 3 for c in _calls(after, "concatenate"))
+    # the max_pool2d branches leave and re-enter the region; nothing else does
+    pools = len(_calls(before, "nn.max_pool2d"))
+    assert len(_calls(after, "layout_transform")) == 1 + 2 * pools
+    data = random_input(before.main.params[0])
+    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5)
+
+
+def test_nchw_preference_changes_nothing():
+    _, before = _conv_chain()
+    assert alter_layout(before, target=_fake_target("NCHW")) is before
+    assert alter_layout(before) is before
+
+
+def test_blocked_preference_is_not_applied_yet():
+    _, before = _conv_chain()
+    assert alter_layout(before, target=_fake_target("NCHW8c")) is before
+
+
+def test_alter_layout_runs_only_at_opt_level_3():
+    _, before = _conv_chain()
+    manager = PassManager(PassContext(opt_level=2, verify=True), target=_fake_target("NHWC"))
+    assert manager.run(before, ("alter_layout",)) is before
+    assert manager.skipped[0].reason == "opt level 3 > 2"
+    manager = PassManager(PassContext(opt_level=3, verify=True), target=_fake_target("NHWC"))
+    assert _calls(manager.run(before, ("alter_layout",)), "layout_transform")

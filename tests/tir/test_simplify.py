@@ -1,0 +1,55 @@
+"""tir.simplify_expr and the simplify pass: IR in, IR out."""
+from tensorkiln import tir
+from tensorkiln.tir import IntImm, Var
+
+
+def c(v):
+    return IntImm("int32", v)
+
+
+def test_constant_folding_and_identities():
+    x = Var("x")
+    assert tir.simplify_expr(x * 1 + 0) is x
+    tir.assert_structural_equal(tir.simplify_expr(c(3) * c(4) + c(1)), c(13))
+    f = tir.Var("f", "float32")
+    assert tir.simplify_expr(f * tir.const(1.0) + tir.const(0.0)) is f
+
+
+def test_linear_terms_cancel():
+    i, j = Var("i"), Var("j")
+    tir.assert_structural_equal(tir.simplify_expr((i * 4 + j) - i * 4), j)
+
+
+def test_div_mod_of_split_index_with_bounds():
+    io, ii = Var("io"), Var("ii")
+    bounds = {io: (0, 7), ii: (0, 3)}
+    tir.assert_structural_equal(tir.simplify_expr((io * 4 + ii) // 4, bounds), io)
+    tir.assert_structural_equal(tir.simplify_expr((io * 4 + ii) % 4, bounds), ii)
+
+
+def test_div_mod_need_the_bounds():
+    io, ii = Var("io"), Var("ii")
+    e = (io * 4 + ii) // 4
+    simplified = tir.simplify_expr(e, {io: (0, 7), ii: (0, 9)})
+    assert not tir.structural_equal(simplified, io)
+
+
+def test_div_times_divisor_plus_mod_is_the_dividend():
+    x = Var("x")
+    tir.assert_structural_equal(tir.simplify_expr((x // 8) * 8 + x % 8), x)
+
+
+def test_comparisons_decided_by_bounds():
+    i = Var("i")
+    assert tir.simplify_expr(i < 10, {i: (0, 9)}).value == 1
+    assert tir.simplify_expr(i < 5, {i: (5, 9)}).value == 0
+
+
+def test_simplify_pass_uses_loop_bounds_and_drops_known_branches():
+    i = Var("i")
+    buf = tir.Buffer("A", (c(8),), "float32")
+    body = tir.IfThenElse(i < 8, tir.Store(buf, tir.const(1.0), (i * 4 + 3) // 4))
+    func = tir.PrimFunc("f", (buf,), tir.For(i, c(0), c(8), tir.ForKind.SERIAL, body))
+    expected = tir.PrimFunc("f", (buf,), tir.For(i, c(0), c(8), tir.ForKind.SERIAL,
+                                                  tir.Store(buf, tir.const(1.0), i)))
+    tir.assert_structural_equal(tir.simplify(func), expected)
