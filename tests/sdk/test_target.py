@@ -57,3 +57,16 @@ def test_target_without_code_generator_says_not_available(name):
     assert not spec.is_available
     with pytest.raises(TargetError, match=rf"target '{name}' is not available yet: .*not implemented yet"):
         spec.require_available()
+
+
+@pytest.mark.parametrize("name", ["cuda", "hls"])
+def test_compiling_for_an_unavailable_target_is_refused(name):
+    from tensorkiln import graph, te
+
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    with pytest.raises(TargetError, match="is not available yet"):
+        tk.build(te.create_schedule(B.op), [A, B], target=name)
+    x = graph.var("x", shape=(4,))
+    with pytest.raises(TargetError, match="is not available yet"):
+        tk.compile(graph.Module.from_expr(graph.nn.relu(x)), target=name)
