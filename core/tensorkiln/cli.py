@@ -145,7 +145,12 @@ def _cmd_run(args) -> int:
     for index, info in enumerate(lib.input_info()):
         if index < len(given):
             name, _, path = given[index].rpartition("=")
-            inputs[name or info["name"]] = np.load(path, allow_pickle=False)
+            if not Path(path).is_file():
+                raise SystemExit(f"error: input file {path!r} for input {name or info['name']!r} does not exist")
+            try:
+                inputs[name or info["name"]] = np.load(path, allow_pickle=False)
+            except (ValueError, OSError) as error:  # not .npy, or an object array that needs pickle
+                raise SystemExit(f"error: cannot read {path!r} as a numpy .npy array ({error})") from None
         elif args.random:
             inputs[info["name"]] = rng.standard_normal(info["shape"]).astype(to_numpy(info["dtype"]))
         else:
@@ -228,6 +233,9 @@ def _parser() -> argparse.ArgumentParser:
     viz_cmd.add_argument("--shape", action="append", help="bind an input shape: NAME=1,3,224,224")
     viz_cmd.add_argument("--show-constants", action="store_true", help="draw weights and other constants too")
     viz_cmd.set_defaults(run=_cmd_viz)
+
+    from .conformance.cli import add_subcommands as add_conformance_commands
+    add_conformance_commands(commands)   # conformance, debug bisect, new-plugin (tensorkiln.conformance.cli)
     return parser
 
 

@@ -45,7 +45,7 @@ class TensorkilnBackend(Backend):
         import tensorkiln as tk
 
         super().prepare(model, device, **kwargs)
-        mod = tk.frontend.from_onnx(model, shape=kwargs.get("shape"))
+        mod = tk.frontend.from_onnx(model, shape=kwargs.get("shape"), constants=kwargs.get("constants"))
         compiled = tk.compile(mod, target=kwargs.get("target", cls.target), opt_level=kwargs.get("opt_level"))
         return TensorkilnBackendRep(compiled)
 

@@ -69,9 +69,9 @@ def test_concurrent_levels_of_an_inception_block():
     assert widths[0] == 4 and max(widths) == 4 and widths[-1] == 1
     assert sorted(i for level in plan.concurrent_levels for i in level) == list(range(len(plan.steps)))
     assert _is_topological(plan)
-    for level_index, level in enumerate(plan.concurrent_levels):
-        deps = step_dependencies(plan)
-        assert all(not deps[i] & set(level) for i in level)
+    dependencies = step_dependencies(plan)
+    for level in plan.concurrent_levels:
+        assert all(not dependencies[i] & set(level) for i in level)
     _assert_levels_do_not_share_storage(plan)
 
 

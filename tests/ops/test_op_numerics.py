@@ -12,11 +12,6 @@ from tensorkiln.graph import get_op, list_ops
 from .harness import assert_matches, llvm_available, run_op
 from .op_inputs import CASES, cases_for
 
-# The tir interpreter has no sin/cos/tan/asin/acos/atan yet (te.MATH_FUNCTIONS lacks them
-# too; the computes build tir.Call by name, which cpu_llvm maps to LLVM/libm). Reported to
-# the te/tir owner; xfail (not strict) so the tests start passing when it lands.
-INTERPRETER_LACKS = {"sin", "cos", "tan", "asin", "acos", "atan"}
-
 # Compiled runs: ops whose moderate cases are the point of the test (schedules with tiles,
 # vectors and threads) run every case; the rest run their first case to keep the suite fast.
 ALL_MODERATE_CASES = {"nn.conv2d", "nn.conv2d_transpose", "nn.dense", "nn.matmul", "nn.max_pool2d",
@@ -32,10 +27,7 @@ def _params(size: str, all_cases: set | None = None):
         if all_cases is not None and op.name not in all_cases:
             cases = cases[:1]
         for index, case in enumerate(cases):
-            marks = []
-            if size == "tiny" and op.name in INTERPRETER_LACKS:
-                marks.append(pytest.mark.xfail(reason="tir interpreter lacks this math function", strict=False))
-            params.append(pytest.param(op.name, index, id=f"{op.name}-{case.label or index}", marks=marks))
+            params.append(pytest.param(op.name, index, id=f"{op.name}-{case.label or index}"))
     return params
 
 

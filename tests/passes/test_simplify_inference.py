@@ -70,8 +70,14 @@ def test_batch_norm_with_computed_parameters_keeps_the_algebra_as_ops():
 
 def test_identity_ops_vanish():
     x = graph.var("x", shape=(4,))
-    before = Module.from_expr(graph.nn.relu(graph.call("copy", graph.call("copy", x))))
+    before = Module.from_expr(graph.call("copy", graph.call("copy", graph.nn.relu(x))))
     assert_structural_equal(simplify_inference(before), Module.from_expr(graph.nn.relu(x)))
+
+
+def test_a_copy_of_a_model_input_stays():
+    x = graph.var("x", shape=(4,))
+    before = Module.from_expr(graph.call("copy", x))
+    assert simplify_inference(before) is before
 
 
 def test_simplify_inference_leaves_a_graph_without_work_unchanged():

@@ -84,7 +84,7 @@ def lower_group(function: Function, name: str, target) -> GroupKernel:
         if any(out is p for p in placeholders):
             # An output that is an input unchanged still needs a kernel that writes it.
             outputs[index] = te.compute(out.shape, lambda *i, src=out: src[i], name=f"copy{index}", tag="injective")
-    schedule = strategy.schedule_for(outputs, target)
+    schedule = strategy.schedule_for(outputs, target, ops=tuple(ops))
     func = lower(schedule, placeholders + outputs, name=name)
     return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops))
 

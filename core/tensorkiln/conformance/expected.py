@@ -52,3 +52,16 @@ def load_expected(target: Any) -> ExpectedFailures | None:
     if path is None or not path.is_file():
         return None
     return ExpectedFailures.read(path)
+
+
+def write_expected(report: Any, path: str | Path | None = None) -> Path:
+    """Write the failures of `report` as the expected-failure file (default: beside the plugin's manifest)."""
+    import tensorkiln as tk
+
+    target = tk.target(report.target)
+    destination = Path(path) if path else expected_path(target)
+    if destination is None:
+        raise ValueError(f"cannot locate the package of {target.name!r}; pass --expected FILE")
+    failures = {r.id: f"{r.kind}: {r.first_line}" for r in report.results if r.outcome in ("failed", "xfailed")}
+    destination.write_text(json.dumps(ExpectedFailures(failures).to_json(target), indent=2) + "\n")
+    return destination

@@ -2,6 +2,7 @@
 
     python -m tensorkiln.frontend.node_tests            # reference interpreter, prints counts
     python -m tensorkiln.frontend.node_tests -v         # also lists failures
+    python -m tensorkiln.frontend.node_tests --target cpu_llvm   # through tensorkiln.onnx_backend
 
 `run_node_tests(run_fn)` imports each test model with `from_onnx` and calls
 `run_fn(module, inputs) -> list of arrays`; another executor (a compiled target)
@@ -86,14 +87,27 @@ def reference_run(module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 
 def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarray]] = reference_run,
-                   op_type: str | None = None, name_filter: Callable[[str], bool] | None = None) -> list[NodeResult]:
-    """Import, run and compare every node test case; return one NodeResult per case."""
+                   op_type: str | None = None, name_filter: Callable[[str], bool] | None = None,
+                   backend: Any = None) -> list[NodeResult]:
+    """Import, run and compare every node test case; return one NodeResult per case.
+
+    With `backend` (an onnx.backend.base.Backend such as `tensorkiln.onnx_backend.backend_for(target)`)
+    each case goes through `backend.prepare(model, shape=..., constants=...)` and `rep.run(inputs)`
+    instead of `from_onnx` and `run_fn`.
+    """
     from .onnx import from_onnx
+    importer = from_onnx
+    if backend is not None:
+        def importer(model, shape, constants=None):
+            return backend.prepare(model, shape=shape, constants=constants)
+
+        def run_fn(rep, inputs):
+            return list(rep.run(inputs))
     results = []
     for case in node_cases(op_type):
         if name_filter is not None and not name_filter(case.name):
             continue
-        results.append(_run_case(case, run_fn, from_onnx))
+        results.append(_run_case(case, run_fn, importer))
     return results
 
 
@@ -175,9 +189,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-v", "--verbose", action="store_true", help="list failing and unsupported cases")
     parser.add_argument("-k", default=None, help="only cases whose name contains this text")
+    parser.add_argument("--target", default=None,
+                        help="compile each case for this target through tensorkiln.onnx_backend "
+                             "(default: the numpy reference interpreter)")
     args = parser.parse_args(argv)
+    backend = None
+    if args.target:
+        from ..onnx_backend import backend_for
+        backend = backend_for(args.target)
     start = time.time()
-    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None)
+    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend)
     if args.verbose:
         for item in results:
             if item.status != "pass":
@@ -186,7 +207,8 @@ def main(argv: list[str] | None = None) -> int:
         total = sum(counts.values())
         print(f"{group:13s} pass {counts['pass']:4d}  fail {counts['fail']:4d}  "
               f"unsupported {counts['unsupported']:4d}  (of {total})")
-    print(f"took {time.time() - start:.1f} s")
+    where = f"on {backend.target} through tensorkiln.onnx_backend" if backend else "with the reference interpreter"
+    print(f"took {time.time() - start:.1f} s {where}")
     return 0
 
 

@@ -94,8 +94,8 @@ def ravel(indices: Sequence, shape: Sequence[int]):
 def math_call(name: str, x) -> n.PrimExpr:
     """`name(x)` for a float expression: te's function when it has one, else tir.Call(name).
 
-    te.MATH_FUNCTIONS lacks sin, cos, tan, asin, acos, atan (emitters such as cpu_llvm know
-    them by name), so those are built as tir.Call directly until te exports them.
+    Names outside te.MATH_FUNCTIONS are built as tir.Call directly; only emitters that know
+    the name by themselves can compile them, and the tir interpreter cannot run them.
     """
     function = getattr(te, name, None) if name in te.MATH_FUNCTIONS else None
     if function is not None:

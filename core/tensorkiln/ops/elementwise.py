@@ -13,7 +13,7 @@ from .. import te
 from ..ir.dtypes import dtype_of
 from ..tir import nodes as n
 from . import tags
-from ._common import const_like, math_call, name_of, select
+from ._common import const_like, name_of, select
 
 __all__ = ["UNARY_EXPRESSIONS", "ACTIVATIONS", "unary_compute", "activation_compute", "elemwise", "cast", "clip",
            "isinf", "bitwise_not"]
@@ -54,9 +54,7 @@ def _asinh(x):
 UNARY_EXPRESSIONS: dict[str, Callable] = {
     "sqrt": te.sqrt, "rsqrt": te.rsqrt, "exp": te.exp, "log": te.log, "tanh": te.tanh, "sigmoid": te.sigmoid,
     "erf": te.erf, "floor": te.floor, "ceil": te.ceil, "round": te.round,
-    "sin": lambda x: math_call("sin", x), "cos": lambda x: math_call("cos", x),
-    "tan": lambda x: math_call("tan", x), "asin": lambda x: math_call("asin", x),
-    "acos": lambda x: math_call("acos", x), "atan": lambda x: math_call("atan", x),
+    "sin": te.sin, "cos": te.cos, "tan": te.tan, "asin": te.asin, "acos": te.acos, "atan": te.atan,
     "sinh": _sinh, "cosh": lambda x: (te.exp(x) + te.exp(-x)) * 0.5,
     "asinh": _asinh,
     "acosh": lambda x: te.log(x + te.sqrt(x * x - 1.0)),

@@ -4,8 +4,10 @@
                                                               %2 = add(%1, const(shift, (C, 1, 1)))
 
 with scale = gamma / sqrt(var + epsilon) and shift = beta - mean * scale, shaped
-to broadcast along the batch norm's axis; `copy` (what ONNX Identity and
-Dropout become in inference) disappears. Then `fold_scale_axis` pushes the
+to broadcast along the batch norm's axis; `copy` of a computed value
+disappears (a pure graph cannot tell the copy from the original; a copy of a
+model input stays, so the output keeps its own buffer). The ONNX frontend
+already drops Identity and inference-mode Dropout. Then `fold_scale_axis` pushes the
 per-channel scale into the weights of the producing conv2d / dense / matmul
 and the shift into a bias_add, so conv -> batch_norm -> relu ends as
 conv2d -> bias_add -> relu, which `fuse_ops` makes one kernel.
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Call, Constant, Expr, Module, get_op, rewrite
+from ..graph import Call, Constant, Expr, Module, Var, get_op, rewrite
 from ..graph import builder
 from ..graph.registry import Op
 from ..ir.dtypes import to_numpy
@@ -36,7 +38,7 @@ def simplify_inference(mod: Module) -> Module:
     def simplify(node: Expr) -> Expr | None:
         if not (isinstance(node, Call) and isinstance(node.op, Op)):
             return None
-        if node.op in identities:
+        if node.op in identities and not isinstance(node.args[0], Var):
             return node.args[0]
         if node.op is batch_norm:
             return _lower_batch_norm(node)

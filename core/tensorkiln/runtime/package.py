@@ -16,6 +16,7 @@ import hashlib
 import io
 import json
 import zipfile
+import zlib
 from dataclasses import asdict
 from pathlib import Path
 
@@ -92,7 +93,10 @@ def _read_entries(path) -> dict[str, bytes]:
             return {info.filename: archive.read(info.filename) for info in archive.infolist()}
     except FileNotFoundError:
         raise ArtifactError(f"no model package at {path}") from None
-    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile) as error:
+    # A flipped byte inside a compressed entry surfaces as zlib.error, and one in a header as
+    # NotImplementedError ("zip file version ...") or ValueError, not only as BadZipFile.
+    except (zipfile.BadZipFile, EOFError, OSError, zipfile.LargeZipFile, zlib.error, NotImplementedError,
+            ValueError) as error:
         raise ArtifactError(f"{path} is not a tensorkiln model package or is truncated/corrupted ({error}); "
                             "export it again with lib.export(path)") from None
 

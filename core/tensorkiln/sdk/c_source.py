@@ -153,6 +153,8 @@ class CSourceEmitter(Emitter):
     heap_scopes: tuple[str, ...] = ("global",)   # malloc/free instead of an array
     max_stack_bytes: int | None = 64 * 1024       # larger arrays go to the heap; None = never
 
+    reserved_words: tuple[str, ...] = ()  # the dialect's own keywords ("kernel", "global", ...): never identifiers
+
     # --- threads ------------------------------------------------------------------------
     thread_index: dict[str, str] = {}     # {"blockIdx": "get_group_id({dim})", "threadIdx": ...}
     barriers: dict[str, str] = {}         # {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", ...}
@@ -358,6 +360,7 @@ class _KernelWriter:
         self.d, self.func, self.module, self.target = dialect, func, module, target
         reserved = set(_C_KEYWORDS) | set(dialect.math_functions) | set(dialect.type_names.values())
         reserved |= {"min", "max", "fmin", "fmax", "abs", "select", "barrier", "malloc", "free", "INFINITY", "NAN"}
+        reserved |= set(dialect.reserved_words)
         self.names = _Names(reserved)
         self.lines: list[str] = []
         self.depth = 1

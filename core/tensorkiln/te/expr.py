@@ -18,10 +18,15 @@ __all__ = [
     "Range", "IterVar", "TensorRead", "Reduce", "CommReducer", "comm_reducer", "sum", "max", "min",
     "prod", "if_then_else", "const", "var", "cast", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
     "erf", "pow", "abs", "fabs", "floor", "ceil", "round", "min_value", "max_value", "MATH_FUNCTIONS",
+    "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "exp2", "log2", "log10",
 ]
 
+# Every name here is known to the tir interpreter, the C-source emitter base
+# (sdk/c_source.py math_functions) and cpu_llvm (math_calls.MATH_NAMES). asinh, acosh,
+# atanh, log1p and expm1 are left out until every one of those knows them.
 MATH_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "pow", "fabs", "floor",
-                  "ceil", "round")
+                  "ceil", "round", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh",
+                  "exp2", "log2", "log10")
 
 
 @dataclass(frozen=True)
@@ -231,10 +236,25 @@ def erf(x): return _float_call("erf", x)
 def pow(x, y): return _float_call("pow", x, y)
 def floor(x): return _float_call("floor", x)
 def ceil(x): return _float_call("ceil", x)
+def sin(x): return _float_call("sin", x)
+def cos(x): return _float_call("cos", x)
+def tan(x): return _float_call("tan", x)
+def asin(x): return _float_call("asin", x)
+def acos(x): return _float_call("acos", x)
+def atan(x): return _float_call("atan", x)
+def sinh(x): return _float_call("sinh", x)
+def cosh(x): return _float_call("cosh", x)
+def exp2(x): return _float_call("exp2", x)
+def log2(x): return _float_call("log2", x)
+def log10(x): return _float_call("log10", x)
 
 
 def round(x):
-    """Round half away from zero (C `round`)."""
+    """Round to the nearest integer, ties to even: round(0.5) == 0, round(1.5) == 2, round(-2.5) == -2.
+
+    The same as numpy.round / numpy.rint and ONNX Round (C `rint` in the default rounding
+    mode, LLVM `llvm.roundeven`), not C `round`, which rounds ties away from zero.
+    """
     return _float_call("round", x)
 
 
@@ -249,7 +269,8 @@ def abs(x):
     return n.Select(n.LT(x, n.as_expr(0, x.dtype)), n.Sub(n.as_expr(0, x.dtype), x), x)
 
 
-for _f in (exp, log, sqrt, rsqrt, tanh, sigmoid, erf, pow, floor, ceil, fabs):
+for _f in (exp, log, sqrt, rsqrt, tanh, sigmoid, erf, pow, floor, ceil, fabs, sin, cos, tan, asin, acos, atan,
+           sinh, cosh, exp2, log2, log10):
     _f.__doc__ = f"te.{_f.__name__}: tir.Call(dtype, {_f.__name__!r}, args) on float operands."
 del _f
 

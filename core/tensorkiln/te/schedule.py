@@ -325,12 +325,15 @@ class Schedule:
         self.stage_map: dict[Operation, Stage] = {}
         self._owners: dict[IterVar, Stage] = {}
         self._tensors: dict[str, Tensor] = {}
+        self._names: dict[Operation, str] = {}
         self._trace: list = []
         self._recording = True
+        # Names are claimed in producer-to-consumer order, so the same compute built afresh
+        # gets the same names and a trace replays onto it unambiguously.
         for op in _post_order(outputs):
-            self._tensors.setdefault(op.name, op.output(0))
+            name = self._claim_name(op.output(0), op.name)
             if isinstance(op, ComputeOp):
-                self._add_stage(op, len(self.stages), op.name)
+                self._add_stage(op, len(self.stages), name)
         for op in outputs:
             self.stage_map[op].is_output = True
 
@@ -350,13 +353,30 @@ class Schedule:
         finally:
             self._recording = before
 
-    def _unique_name(self, name: str) -> str:
-        taken = {st.name for st in self.stages} | set(self._tensors)
+    def _free_name(self, name: str) -> str:
+        """`name`, or `name.1`, `name.2`, ...: the first that no tensor of the schedule has."""
         base, count = name, 1
-        while name in taken:
-            name = f"{base}_{count}"
+        while name in self._tensors:
+            name = f"{base}.{count}"
             count += 1
         return name
+
+    def _claim_name(self, tensor: Tensor, name: str) -> str:
+        """Register `tensor` under `name`, or under a free variant of it when that is taken."""
+        name = self._free_name(name)
+        self._tensors[name] = tensor
+        self._names[tensor.op] = name
+        return name
+
+    def name_of(self, tensor: Tensor) -> str:
+        """The tensor's name in this schedule: its own, or with a `.N` suffix if an earlier
+        tensor of the schedule has the same name (two `T_add` become `T_add` and `T_add.1`).
+        Stages, trace records and lowered buffers use this name."""
+        op = tensor.op if isinstance(tensor, Tensor) else tensor
+        if op in self._names:
+            return self._names[op]
+        stage = self.stage_map.get(op)   # a stage's op after cache_read / cache_write rewrote it
+        return stage.name if stage is not None else op.name
 
     def _add_stage(self, op: ComputeOp, position: int, name: str) -> Stage:
         stage = Stage(op, self, name)
@@ -404,11 +424,12 @@ class Schedule:
         reader_stages = [self[r] for r in readers]
         for stage in reader_stages:
             if not any(t is tensor for t in stage.op.input_tensors):
-                raise ScheduleError(f"cache_read of {tensor.name}: stage {stage.name} does not read {tensor.name}")
-        name = self._unique_name(f"{tensor.name}.{scope}")
+                raise ScheduleError(f"cache_read of {self.name_of(tensor)}: stage {stage.name} does not read it")
+        name = self._free_name(f"{self.name_of(tensor)}.{scope}")
         axes = _fresh_axes(tensor.shape, tensor.ndim)
         cache_op = ComputeOp(name, "", axes, TensorRead(tensor, tuple(a.var for a in axes)))
         cache = cache_op.output(0)
+        self._claim_name(cache, name)
         for stage in reader_stages:
             new_body = rewrite(stage.op.body, pre=lambda x: TensorRead(cache, x.indices)
                                if isinstance(x, TensorRead) and x.tensor is tensor else None)
@@ -418,8 +439,7 @@ class Schedule:
         position = self.stages.index(producer) + 1 if producer else 0
         stage = self._add_stage(cache_op, position, name)
         stage.scope = scope
-        self._tensors[name] = cache
-        self._record(tr.CacheRead(tensor.name, scope, tuple(st.name for st in reader_stages)))
+        self._record(tr.CacheRead(self.name_of(tensor), scope, tuple(st.name for st in reader_stages)))
         return cache
 
     def cache_write(self, tensor: Tensor, scope: str) -> Tensor:
@@ -431,7 +451,7 @@ class Schedule:
             raise ScheduleError(f"cache_write of {tensor.name}: stage {stage.name} was already scheduled; "
                                 "call cache_write before other primitives on it")
         op = stage.op
-        name = self._unique_name(f"{tensor.name}.{scope}")
+        name = self._free_name(f"{stage.name}.{scope}")
         axis = _fresh_axes(op.shape, len(op.shape), [a.name for a in op.axis])
         mapping = {old.var: new.var for old, new in zip(op.axis, axis)}
         body = op.body
@@ -444,14 +464,14 @@ class Schedule:
             body = substitute(body, mapping)
         cache_op = ComputeOp(name, op.tag, axis, body, op.attrs)
         cache = cache_op.output(0)
+        self._claim_name(cache, name)
         stage.op = ComputeOp(op.name, op.tag, op.axis, TensorRead(cache, tuple(a.var for a in op.axis)), op.attrs)
         self.stage_map[stage.op] = stage
         stage.all_iter_vars = list(op.axis)
         stage.leaf_iter_vars = list(op.axis)
         new_stage = self._add_stage(cache_op, self.stages.index(stage), name)
         new_stage.scope = scope
-        self._tensors[name] = cache
-        self._record(tr.CacheWrite(tensor.name, scope))
+        self._record(tr.CacheWrite(stage.name, scope))
         return cache
 
 

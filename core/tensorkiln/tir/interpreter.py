@@ -80,11 +80,6 @@ def _cast(value, np_dtype):
     return np.asarray(value).astype(np_dtype)[()] if np.ndim(value) == 0 else np.asarray(value).astype(np_dtype)
 
 
-def _round(x):
-    return (np.sign(x) * np.floor(np.abs(x) + x.dtype.type(0.5))).astype(x.dtype)[()] \
-        if isinstance(x, (np.ndarray, np.generic)) else math.floor(abs(x) + 0.5) * (1 if x >= 0 else -1)
-
-
 def _erf(x):
     arr = np.asarray(x)
     out = np.vectorize(math.erf, otypes=[np.float64])(arr).astype(arr.dtype)
@@ -101,10 +96,13 @@ def _sigmoid(x):
     return (arr.dtype.type(1) / (arr.dtype.type(1) + np.exp(-arr)))[()]
 
 
+# "round" is ties-to-even (np.rint), as numpy.round, ONNX Round, C rint and llvm.roundeven.
 _MATH = {
     "exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": _rsqrt, "tanh": np.tanh, "sigmoid": _sigmoid,
     "erf": _erf, "pow": np.power, "fabs": np.abs, "abs": np.abs, "floor": np.floor, "ceil": np.ceil,
-    "round": _round, "fma": lambda a, b, c: a * b + c,
+    "round": np.rint, "fma": lambda a, b, c: a * b + c,
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "exp2": np.exp2, "log2": np.log2, "log10": np.log10,
 }
 
 

@@ -118,7 +118,7 @@ class ScheduleLowering:
             seen.add(t.op)
             if any(not isinstance(s, int) for s in t.shape):
                 raise ScheduleError(f"lower: tensor {t.name} has a symbolic shape {t.shape}; shapes must be static ints")
-            buf = n.Buffer(t.name, tuple(n.IntImm("int32", s) for s in t.shape), t.dtype)
+            buf = n.Buffer(self.schedule.name_of(t), tuple(n.IntImm("int32", s) for s in t.shape), t.dtype)
             self.params.append(buf)
             if isinstance(t.op, PlaceholderOp):
                 self.placeholder_buffers[t.op] = buf
@@ -183,7 +183,10 @@ class ScheduleLowering:
         if target_info is None or not target_info.iv_extent:
             raise ScheduleError(f"{where}: {target.name} does not read {stage.name} (directly or through "
                                 "stages computed inside it); compute_at must target a consumer")
-        fixed = {leaf.var for _, leaf in self._enclosing(target, iv)}
+        # an enclosing loop is one point of the region unless it is a GPU index whose other
+        # values share the buffer: those are relaxed to their whole range (_is_relaxed)
+        fixed = {leaf.var for st, leaf in self._enclosing(target, iv)
+                 if not _is_relaxed(_thread_tag(st, leaf), stage.scope)}
         env = {v: (n.IntImm("int32", lo), n.IntImm("int32", hi)) for v, (lo, hi) in self.var_bounds.items()
                if v not in fixed}
         reads = []
@@ -527,6 +530,33 @@ class ScheduleLowering:
             accumulate = n.Select(first, n.IntImm("int32", 0), n.IntImm("int32", 1))
         args.append(accumulate)
         return n.Evaluate(n.Call("void", intrin.name, tuple(args)))
+
+
+# Storage scopes and GPU indices ranked from widest to narrowest sharing, as in TVM's
+# StorageRank / ThreadScope: a buffer of scope rank r is shared by every index of rank >= r.
+_SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3}
+
+
+def _thread_tag(stage: Stage, leaf: IterVar) -> str | None:
+    attr = stage.iter_attrs.get(leaf)
+    return attr.thread_tag if attr is not None else None
+
+
+def _is_relaxed(thread_tag: str | None, scope: str) -> bool:
+    """Whether a loop bound to `thread_tag` spans all its values in a `scope` buffer's region.
+
+    TVM's NeedRelax: a "shared" tile serves the whole block, so it covers every threadIdx
+    (and vthread) of its consumers; a "global" buffer also covers every blockIdx; a
+    "local" one belongs to one thread and relaxes nothing; "warp" memory is indexed by
+    lane, so threadIdx.x is relaxed. Serial loops are never relaxed.
+    """
+    if thread_tag is None:
+        return False
+    scope_rank = _SCOPE_RANK.get(scope, 0)
+    if scope == "warp" and thread_tag == "threadIdx.x":
+        return True
+    thread_rank = 0 if thread_tag.startswith("blockIdx") else 1
+    return scope_rank <= thread_rank
 
 
 def _reads_of(body, stage: Stage) -> list[tuple]:

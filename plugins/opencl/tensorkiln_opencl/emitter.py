@@ -38,6 +38,10 @@ class OpenCLEmitter(CSourceEmitter):
     int_literal_suffix = {"int64": "L", "uint64": "UL", "uint32": "U"}
     vector_lanes = (2, 3, 4, 8, 16)
 
+    # OpenCL C keywords and address-space qualifiers: a kernel named "kernel" would not build.
+    reserved_words = ("kernel", "__kernel", "global", "__global", "local", "__local", "constant", "__constant",
+                      "private", "__private", "read_only", "write_only", "read_write", "uniform", "pipe",
+                      "half", "image2d_t", "image3d_t", "sampler_t", "event_t", "size_t", "ptrdiff_t")
     kernel_prefix = "__kernel void"
     buffer_prefix = "__global "
     scope_prefix = {"global": "", "shared": "__local ", "local": ""}

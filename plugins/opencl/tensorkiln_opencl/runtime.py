@@ -150,7 +150,8 @@ class DeviceArray:
 
     def copy_from_numpy(self, array: np.ndarray) -> None:
         """Copy `array` (same shape and dtype) to the device and wait."""
-        array = np.ascontiguousarray(array)
+        array = np.asarray(array)
+        array = np.ascontiguousarray(array).reshape(array.shape)  # ascontiguousarray turns () into (1,)
         if array.shape != self.shape or array.dtype != self.numpy_dtype:
             raise RuntimeLaunchError(f"cannot copy a {array.shape} {array.dtype} array into a DeviceArray of "
                                      f"{self.shape} {self.dtype}")

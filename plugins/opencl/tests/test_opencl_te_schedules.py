@@ -61,9 +61,6 @@ def test_matmul_with_block_tiles_in_shared_memory():
     assert f.artifact.metadata["kernels"]["matmul"]["shared_bytes"] == 2 * tile * n * 4
 
 
-@pytest.mark.xfail(strict=True, reason="tir.lower infers a shared stage's region per thread, not per block, when "
-                   "it is computed at a loop inside threadIdx-bound loops (threadIdx is not relaxed); "
-                   "remove this mark once lowering relaxes thread axes for 'shared' scope")
 def test_matmul_tiled_over_k_with_shared_memory_and_local_accumulator():
     """The classic GPU GEMM: per k-tile, the block fetches A and B tiles into __local memory."""
     n, tile, k_tile = 64, 8, 8

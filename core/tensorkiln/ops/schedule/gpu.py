@@ -1,0 +1,301 @@
+"""ops/schedule/gpu.py: default schedules for targets with a thread model (GPU style).
+
+Chosen by capabilities, never by name: a target is scheduled here when its manifest
+lists `thread_axes` and a `max_threads_per_block` (see `has_threads`). One fused group
+becomes one kernel, and a kernel has no barrier across work-groups, so every stage a
+thread reads is either inlined or computed by that thread (compute_at its thread loop):
+
+    injective        all axes fused, split by the block size, bound to blockIdx.x/threadIdx.x;
+                     the innermost axis vectorized by a lanes divisor when it divides
+    reductions       one thread per output element (or per row for softmax / layer_norm /
+    softmax, norm    lrn when there are enough rows); the reductions a row needs run
+                     serially inside that thread, into private accumulators
+    conv2d family    one thread per (output-channel block x pixel): a block of channels
+                     accumulates in private memory, each input value read once per block
+    dense / matmul   (TILE x TILE) work-groups, one output per work-item; the block's rows
+                     of the left operand and columns of the right one (whole K) are fetched
+                     cooperatively into shared memory when they fit; otherwise one thread
+                     per output with a private accumulator
+    pool             one thread per output element, window serial
+
+A group whose outputs read one another (or share a non-inlined intermediate) runs
+serially on one work-item: correct, and rare after fusion.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from ... import te
+from .. import tags
+from .common import as_outputs, divisor_at_most, extent_of, fuse_all, inline_injective, resolve_target, vector_lanes
+from .fused import find_anchor
+
+__all__ = ["schedule_gpu", "has_threads", "threads_per_block", "MATMUL_TILE"]
+
+DEFAULT_BLOCK = 256
+MATMUL_TILE = 8
+CONV_CHANNEL_BLOCK = 4
+ROWS_PER_THREAD_MIN = 64
+"""Row mode (one thread per row of softmax / norm) needs at least this many rows."""
+
+_CONV_TAGS = (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.CONV2D_TRANSPOSE_NCHW)
+_MATMUL_TAGS = (tags.DENSE, tags.BATCH_MATMUL)
+_ROW_TAGS = (tags.SOFTMAX, tags.LOG_SOFTMAX, tags.NORM)
+
+
+def has_threads(target) -> bool:
+    """Whether `target` runs GPU-style kernels: bindable thread axes and a work-group limit."""
+    capabilities = resolve_target(target).capabilities
+    return bool(getattr(capabilities, "thread_axes", ())) and getattr(capabilities, "max_threads_per_block", 0) > 0
+
+
+def threads_per_block(target) -> int:
+    """Work-items per group for one-dimensional kernels: min(max_threads_per_block, 256)."""
+    limit = resolve_target(target).capabilities.max_threads_per_block
+    return max(1, min(limit, DEFAULT_BLOCK))
+
+
+def _can_bind(target, tag: str) -> bool:
+    return tag in resolve_target(target).capabilities.thread_axes
+
+
+def schedule_gpu(outputs, target) -> te.Schedule:
+    """Schedule a fused group for a target with threads (see the module docstring).
+
+        s = schedule_gpu([relu_out], tk.target("opencl"))   # one work-item per output element
+    """
+    outputs = as_outputs(outputs)
+    target = resolve_target(target)
+    s = te.create_schedule([t.op for t in outputs])
+    inline_injective(s)
+    needs = {id(out.op): _stages_needed(s, out) for out in outputs}
+    if not _threads_can_split(s, outputs, needs):
+        return s  # one work-item runs the whole group in order
+    anchor = find_anchor(outputs)
+    for out in outputs:
+        intermediates = needs[id(out.op)]
+        if anchor is not None and (out.op is anchor.op or any(st.op is anchor.op for st in intermediates)):
+            _schedule_anchored(s, anchor, out, intermediates, target)
+        else:
+            _schedule_elementwise(s, out, intermediates, target)
+    return s
+
+
+# ---- which stages each output needs ---------------------------------------------------------
+
+
+def _stages_needed(s: te.Schedule, output: te.Tensor) -> list:
+    """Non-inlined stages `output` reads (through inlined ones), producers first; outputs included."""
+    found, seen = [], set()
+    stack = [t.op for t in output.op.input_tensors]
+    while stack:
+        op = stack.pop()
+        stage = s.stage_map.get(op)
+        if stage is None or id(stage) in seen:
+            continue
+        seen.add(id(stage))
+        if stage.attach_type != "inline":
+            found.append(stage)
+        stack.extend(t.op for t in stage.op.input_tensors)
+    order = {id(stage): index for index, stage in enumerate(s.stages)}
+    return sorted(found, key=lambda st: order[id(st)])
+
+
+def _threads_can_split(s: te.Schedule, outputs: list, needs: dict) -> bool:
+    """True when no output reads another output and no intermediate serves two outputs."""
+    owner: dict[int, int] = {}
+    for out in outputs:
+        for stage in needs[id(out.op)]:
+            if stage.is_output or owner.setdefault(id(stage), id(out.op)) != id(out.op):
+                return False
+    return True
+
+
+# ---- thread binding ------------------------------------------------------------------------
+
+
+def _bind_flat(stage, axes: Sequence, target):
+    """Fuse `axes`, split by the block size and bind; returns the thread loop (None: no axes)."""
+    fused = fuse_all(stage, axes)
+    if fused is None:
+        return None
+    total = extent_of(fused) or 1
+    block = min(threads_per_block(target), total)
+    outer, inner = stage.split(fused, factor=block)
+    stage.bind(outer, te.thread_axis("blockIdx.x"))
+    stage.bind(inner, te.thread_axis("threadIdx.x"))
+    return inner
+
+
+def _attach(s: te.Schedule, intermediates: list, stage, axis) -> None:
+    """compute_at every intermediate at `axis` of `stage` (at the root when there is no axis)."""
+    if axis is None:
+        return
+    for intermediate in intermediates:
+        intermediate.compute_at(stage, axis)
+
+
+def _schedule_elementwise(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> None:
+    """One work-item per output element (per vector of `lanes` elements when the row divides)."""
+    stage = s[output]
+    axes = list(stage.op.axis)
+    if not axes:
+        return
+    lanes = vector_lanes(target, output.dtype)
+    last = extent_of(axes[-1]) or 1
+    vector = None
+    if not intermediates and lanes > 1 and last % lanes == 0:
+        outer_last, vector = stage.split(axes[-1], factor=lanes)
+        axes = axes[:-1] + [outer_last]
+    thread = _bind_flat(stage, axes, target)
+    if vector is not None:
+        stage.vectorize(vector)
+    _attach(s, intermediates, stage, thread)
+
+
+def _schedule_anchored(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list, target) -> None:
+    tag = anchor.op.tag
+    if tag in _CONV_TAGS and _conv(s, anchor, output, intermediates, target):
+        return
+    if tag in _MATMUL_TAGS and _matmul(s, anchor, output, intermediates, target):
+        return
+    if tag in _ROW_TAGS and _rows(s, output, intermediates, target):
+        return
+    _per_output(s, anchor, output, intermediates, target)
+
+
+def _accumulator(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list) -> list:
+    """When the reduction is the output, accumulate in a private ("local") cache instead."""
+    stage = s[anchor]
+    if anchor.op is output.op and isinstance(anchor.op.body, te.Reduce) and len(anchor.op.axis) > 0 \
+            and not stage.relations and not stage.iter_attrs:
+        cache = s.cache_write(anchor, "local")
+        return [*intermediates, s[cache]]
+    return intermediates
+
+
+def _per_output(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list, target) -> None:
+    """One work-item per output element; what it reads is computed inside it, serially."""
+    intermediates = _accumulator(s, anchor, output, intermediates)
+    stage = s[output]
+    thread = _bind_flat(stage, list(stage.op.axis), target)
+    _attach(s, intermediates, stage, thread)
+
+
+def _rows(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> bool:
+    """softmax / norm over trailing axes: one work-item per row when there are enough rows."""
+    reduced = [st for st in intermediates if isinstance(st.op.body, te.Reduce)]
+    if not reduced or len(reduced) != len(intermediates):
+        return False
+    ranks = {len(st.op.axis) for st in reduced}
+    if len(ranks) != 1:
+        return False
+    (rank,) = ranks
+    if rank >= output.ndim or not _reads_prefix(reduced, output, rank):
+        return False
+    stage = s[output]
+    outer = list(stage.op.axis)[:rank]
+    rows = 1
+    for axis in outer:
+        rows *= extent_of(axis) or 1
+    if rows < ROWS_PER_THREAD_MIN:
+        return False
+    thread = _bind_flat(stage, outer, target)
+    _attach(s, intermediates, stage, thread)
+    return True
+
+
+def _reads_prefix(reduced: list, output: te.Tensor, rank: int) -> bool:
+    """Whether the reductions' shapes are the output's leading `rank` dimensions (row statistics)."""
+    leading = tuple(int(d) for d in output.shape[:rank])
+    return all(tuple(int(d) for d in st.op.output(0).shape) == leading for st in reduced)
+
+
+# ---- conv2d --------------------------------------------------------------------------------
+
+
+def _conv(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list, target) -> bool:
+    """NCHW conv: a work-item accumulates a block of output channels at one pixel, privately."""
+    if output.ndim != 4 or tuple(output.shape) != tuple(anchor.shape):
+        return False
+    intermediates = _accumulator(s, anchor, output, intermediates)
+    accumulator = next((st for st in intermediates if st.op.tag == anchor.op.tag), None)
+    if accumulator is None:
+        return False
+    stage = s[output]
+    batch, channel, row, column = stage.op.axis
+    block = divisor_at_most(int(output.shape[1]), CONV_CHANNEL_BLOCK)
+    channel_outer, channel_inner = stage.split(channel, factor=block)
+    stage.reorder(batch, channel_outer, row, column, channel_inner)
+    thread = _bind_flat(stage, [batch, channel_outer, row, column], target)
+    if block > 1:
+        stage.unroll(channel_inner)
+    _attach(s, intermediates, stage, thread)
+    data_axes, reduce_axes = list(accumulator.op.axis), list(accumulator.op.reduce_axis)
+    if len(data_axes) == 4 and reduce_axes:
+        b, o, y, x = data_axes
+        accumulator.reorder(b, y, x, *reduce_axes, o)
+        if block > 1:
+            accumulator.unroll(o)
+    return True
+
+
+# ---- dense / matmul ------------------------------------------------------------------------
+
+
+def _matmul(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list, target) -> bool:
+    """(TILE x TILE) work-groups; whole-K operand tiles in shared memory when they fit."""
+    if output.ndim < 2 or tuple(output.shape) != tuple(anchor.shape) or not _can_bind(target, "threadIdx.y"):
+        return False
+    tile = MATMUL_TILE
+    if tile * tile > resolve_target(target).capabilities.max_threads_per_block:
+        return False
+    intermediates = _accumulator(s, anchor, output, intermediates)
+    accumulator = next((st for st in intermediates if st.op.tag == anchor.op.tag), None)
+    if accumulator is None:
+        return False
+    stage = s[output]
+    axes = list(stage.op.axis)
+    rows, columns = axes[-2], axes[-1]
+    row_outer, row_inner = stage.split(rows, factor=tile)
+    column_outer, column_inner = stage.split(columns, factor=tile)
+    stage.reorder(*axes[:-2], row_outer, column_outer, row_inner, column_inner)
+    if axes[:-2]:
+        stage.bind(fuse_all(stage, axes[:-2]), te.thread_axis("blockIdx.z"))
+    stage.bind(row_outer, te.thread_axis("blockIdx.y"))
+    stage.bind(column_outer, te.thread_axis("blockIdx.x"))
+    stage.bind(row_inner, te.thread_axis("threadIdx.y"))
+    stage.bind(column_inner, te.thread_axis("threadIdx.x"))
+    _attach(s, intermediates, stage, column_inner)
+    _shared_operands(s, accumulator, stage, column_outer, tile, target)
+    return True
+
+
+def _shared_operands(s: te.Schedule, accumulator, stage, block_axis, tile: int, target) -> None:
+    """Fetch the placeholder operands of the accumulator into shared memory, all threads helping."""
+    capabilities = resolve_target(target).capabilities
+    if "shared" not in capabilities.memory_scopes:
+        return
+    (k,) = accumulator.op.reduce_axis
+    depth = extent_of(k) or 0
+    operands = [t for t in accumulator.op.input_tensors if isinstance(t.op, te.PlaceholderOp) and t.ndim >= 2]
+    if not operands or depth == 0:
+        return
+    budget = capabilities.max_shared_memory_bytes
+    needed = sum(tile * depth * _bytes(t.dtype) for t in operands)
+    if needed > budget:
+        return
+    for tensor in operands:
+        cache = s.cache_read(tensor, "shared", [accumulator.op.output(0)])
+        copy = s[cache]
+        copy.compute_at(stage, block_axis)
+        fused = fuse_all(copy, list(copy.op.axis))
+        outer, thread_x = copy.split(fused, factor=tile)
+        _, thread_y = copy.split(outer, factor=tile)
+        copy.bind(thread_y, te.thread_axis("threadIdx.y"))
+        copy.bind(thread_x, te.thread_axis("threadIdx.x"))
+
+
+def _bytes(dtype: str) -> int:
+    from ...ir.dtypes import dtype_of
+    return max(1, dtype_of(dtype).bits // 8)

@@ -1,0 +1,12 @@
+"""PlaincEmitter: tir PrimFuncs -> C99, all inherited from tensorkiln.sdk.CSourceEmitter.
+
+A C dialect overrides data, not traversal: see the override points in the
+CSourceEmitter docstring (types, qualifiers, thread indices, pragmas, math).
+"""
+from tensorkiln.sdk import CSourceEmitter
+
+
+class PlaincEmitter(CSourceEmitter):
+    target_name = "plainc"
+    artifact_format = "c"
+    parallel_pragma = None   # no OpenMP: the manifest claims max_threads = 1

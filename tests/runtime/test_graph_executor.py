@@ -1,0 +1,181 @@
+"""GraphExecutor through CompiledModel: input validation, set_input/run/get_output, copies, multi-output."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph
+from tensorkiln.ir.errors import RuntimeLaunchError
+
+
+def _split_module() -> graph.Module:
+    """Two inputs, three outputs: split(relu(x) + y) into thirds, the middle one doubled."""
+    x = graph.var("x", shape=(2, 6), dtype="float32")
+    y = graph.var("y", shape=(2, 6), dtype="float32")
+    parts = graph.split(graph.nn.relu(x) + y, 3, axis=1)
+    return graph.Module.from_expr(graph.tuple_(parts[0], parts[1] * graph.const(2.0), parts[2]))
+
+
+def _expected(x: np.ndarray, y: np.ndarray) -> list[np.ndarray]:
+    s = np.maximum(x, 0) + y
+    return [s[:, 0:2], s[:, 2:4] * 2, s[:, 4:6]]
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return _split_module()
+
+
+@pytest.fixture(scope="module")
+def lib(mod):
+    return tk.compile(mod, target="cpu_llvm")
+
+
+@pytest.fixture
+def fresh(mod):
+    """A model no test has set inputs on (the executor keeps inputs between runs)."""
+    return tk.compile(mod, target="cpu_llvm", opt_level=0)
+
+
+X = (np.arange(12, dtype=np.float32).reshape(2, 6) - 5) / 3
+Y = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+
+
+def _assert_outputs(outputs, x=X, y=Y):
+    assert len(outputs) == 3
+    for actual, expected in zip(outputs, _expected(x, y)):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6)
+
+
+def test_model_describes_its_inputs_and_outputs(lib):
+    assert lib.input_names == ["x", "y"]
+    assert lib.input_info() == [{"name": "x", "shape": (2, 6), "dtype": "float32"},
+                                {"name": "y", "shape": (2, 6), "dtype": "float32"}]
+    assert lib.output_info() == [{"shape": (2, 2), "dtype": "float32"}] * 3
+    assert lib.get_num_outputs() == 3
+
+
+def test_call_with_positional_arrays_returns_every_output(lib):
+    _assert_outputs(lib(X, Y))
+
+
+def test_call_with_keywords(lib):
+    _assert_outputs(lib(y=Y, x=X))
+
+
+def test_run_with_a_dict_returns_a_list(lib):
+    outputs = lib.run({"x": X, "y": Y})
+    assert isinstance(outputs, list)
+    _assert_outputs(outputs)
+
+
+def test_set_input_run_get_output(lib):
+    lib.set_input("x", X)
+    lib.set_input(1, Y)  # by position
+    assert lib.run() is None
+    _assert_outputs([lib.get_output(i) for i in range(lib.get_num_outputs())])
+
+
+def test_matches_the_reference_interpreter(lib, mod):
+    reference = graph.evaluate(mod, {"x": X, "y": Y})
+    for actual, expected in zip(lib(X, Y), reference):
+        np.testing.assert_allclose(actual, expected, rtol=1e-6)
+
+
+def test_outputs_are_copies_that_later_runs_do_not_change(lib):
+    first = lib(X, Y)
+    kept = [a.copy() for a in first]
+    second = lib(-X, Y * 3)
+    _assert_outputs(second, -X, Y * 3)
+    for before, now in zip(kept, first):
+        np.testing.assert_array_equal(before, now)
+    # Writing into a returned array does not change the next result either.
+    second[0][...] = 1e9
+    _assert_outputs(lib(-X, Y * 3), -X, Y * 3)
+
+
+def test_get_output_is_a_copy(lib):
+    lib.set_input("x", X)
+    lib.set_input("y", Y)
+    lib.run()
+    out = lib.get_output(0)
+    out[...] = 7
+    _assert_outputs([lib.get_output(i) for i in range(3)])
+
+
+def test_inputs_are_copied_at_set_input(lib):
+    x = X.copy()
+    lib.set_input("x", x)
+    lib.set_input("y", Y)
+    x[...] = 100  # changing the caller's array after set_input changes nothing
+    lib.run()
+    _assert_outputs([lib.get_output(i) for i in range(3)])
+
+
+def test_non_contiguous_input_is_accepted(lib):
+    wide = np.zeros((2, 12), np.float32)
+    wide[:, ::2] = X
+    strided = wide[:, ::2]
+    assert not strided.flags.c_contiguous
+    _assert_outputs(lib(strided, Y))
+
+
+def test_unknown_input_name(lib):
+    with pytest.raises(RuntimeLaunchError, match=r"the model has no input 'z'; its inputs are \['x', 'y'\]"):
+        lib.set_input("z", X)
+    with pytest.raises(RuntimeLaunchError, match=r"the model has no input 'z'"):
+        lib.run({"x": X, "z": Y})
+
+
+def test_input_index_out_of_range(lib):
+    with pytest.raises(RuntimeLaunchError, match=r"input index 5 out of range: the model has 2 inputs \['x', 'y'\]"):
+        lib.set_input(5, X)
+
+
+def test_wrong_shape(lib):
+    with pytest.raises(RuntimeLaunchError, match=r"input 'x' has shape \(2, 3\), expected \(2, 6\)"):
+        lib.set_input("x", X[:, :3])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32", "float16"])
+def test_wrong_dtype_names_the_fix(lib, dtype):
+    with pytest.raises(RuntimeLaunchError, match=rf"input 'x' has dtype {dtype}, expected float32; "
+                                                 r"convert it with array.astype\('float32'\)"):
+        lib.set_input("x", X.astype(dtype))
+
+
+def test_wrong_number_of_positional_inputs(lib):
+    with pytest.raises(RuntimeLaunchError, match=r"the model takes 2 inputs, got 1"):
+        lib(X)
+
+
+def test_missing_input(fresh):
+    fresh.set_input("x", X)
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['y'\] were not set; call set_input\(name, array\) first"):
+        fresh.run()
+    fresh.set_input("y", Y)
+    fresh.run()
+    _assert_outputs([fresh.get_output(i) for i in range(3)])
+
+
+@pytest.mark.parametrize("index", [3, -1])
+def test_output_index_out_of_range(lib, index):
+    with pytest.raises(RuntimeLaunchError, match=rf"output index {index} out of range: the model has 3 outputs"):
+        lib.get_output(index)
+
+
+def test_opt_level_0_and_2_agree(fresh, lib):
+    for a, b in zip(fresh(X, Y), lib(X, Y)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+def test_single_output_model_returns_an_array():
+    x = graph.var("x", shape=(3, 4), dtype="float32")
+    single = tk.compile(graph.Module.from_expr(graph.nn.softmax(x, axis=-1)), target="cpu_llvm")
+    data = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    out = single(data)
+    assert isinstance(out, np.ndarray) and out.shape == (3, 4)
+    expected = np.exp(data) / np.exp(data).sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
+    assert isinstance(single.run({"x": data}), list)

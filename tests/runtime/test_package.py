@@ -1,0 +1,224 @@
+"""The model package (runtime/package.py): round trip, no pickle, and clear errors for damaged or foreign files."""
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph
+from tensorkiln.ir.errors import ArtifactError
+from tensorkiln.runtime import package
+
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((1, 3, 8, 8)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def lib():
+    x = graph.var("input", shape=(1, 3, 8, 8), dtype="float32")
+    w = graph.const(RNG.standard_normal((4, 3, 3, 3)).astype(np.float32))
+    b = graph.const(RNG.standard_normal((4,)).astype(np.float32))
+    y = graph.nn.relu(graph.nn.bias_add(graph.nn.conv2d(x, w, padding=(1, 1, 1, 1)), b))
+    return tk.compile(graph.Module.from_expr(graph.nn.global_avg_pool2d(y)), target="cpu_llvm")
+
+
+@pytest.fixture(scope="module")
+def exported(lib, tmp_path_factory):
+    path = tmp_path_factory.mktemp("package") / "model.tkpkg"
+    lib.export(path)
+    return path
+
+
+def _entries(path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as archive:
+        return {name: archive.read(name) for name in archive.namelist()}
+
+
+def _write(path, entries: dict[str, bytes], rehash: bool = True) -> None:
+    entries = dict(entries)
+    if rehash:
+        entries.pop(package.HASH_ENTRY, None)
+        entries[package.HASH_ENTRY] = package._content_hash(entries).encode()
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+
+
+def _with_record(exported, tmp_path, edit) -> str:
+    """A copy of the package whose JSON record `edit` changed, with a valid content hash again."""
+    entries = _entries(exported)
+    record = json.loads(entries[package.RECORD])
+    edit(record)
+    entries[package.RECORD] = json.dumps(record).encode()
+    path = tmp_path / "edited.tkpkg"
+    _write(path, entries)
+    return str(path)
+
+
+def test_round_trip_gives_equal_outputs(lib, exported):
+    loaded = tk.runtime.load(exported)
+    np.testing.assert_array_equal(loaded(X), lib(X))
+    assert loaded.input_names == lib.input_names
+    assert loaded.output_info() == lib.output_info()
+    assert loaded.summary()["kernels"] == lib.summary()["kernels"]
+
+
+def test_loaded_package_exports_again_identically(exported, tmp_path):
+    again = tmp_path / "again.tkpkg"
+    tk.runtime.load(exported).export(again)
+    assert _entries(again) == _entries(exported)
+
+
+def test_package_holds_no_pickle(exported):
+    entries = _entries(exported)
+    names = sorted(entries)
+    assert package.RECORD in names and package.HASH_ENTRY in names
+    weights = [n for n in names if n.startswith("weights/")]
+    assert weights, names
+    for name in names:
+        data = entries[name]
+        # Only the documented kinds of entry; none is a pickle stream (protocol 2+ starts with 0x80).
+        assert name in (package.RECORD, package.HASH_ENTRY) or name.startswith(("weights/", "kernels/")), name
+        assert name.endswith((".json", ".npy", ".txt", ".bin")) or name == package.HASH_ENTRY, name
+        assert not data.startswith(b"\x80"), f"{name} looks like a pickle"
+        if name.endswith(".npy"):
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            assert array.dtype != object
+    json.loads(entries[package.RECORD])
+
+
+def test_modified_entry_is_a_content_hash_mismatch(exported, tmp_path):
+    entries = _entries(exported)
+    weight = next(n for n in entries if n.startswith("weights/"))
+    array = np.load(io.BytesIO(entries[weight]), allow_pickle=False)
+    buffer = io.BytesIO()
+    np.save(buffer, array + 1, allow_pickle=False)
+    entries[weight] = buffer.getvalue()
+    path = tmp_path / "modified.tkpkg"
+    _write(path, entries, rehash=False)
+    with pytest.raises(ArtifactError, match=r"content hash mismatch: the file is corrupted or was modified"):
+        tk.runtime.load(path)
+
+
+def _entry_data_offsets(path) -> dict[str, int]:
+    """Where each entry's (compressed) bytes start in the file."""
+    with zipfile.ZipFile(path) as archive:
+        infos = archive.infolist()
+    raw = open(path, "rb").read()
+    offsets = {}
+    for info in infos:
+        start = info.header_offset
+        name_len = int.from_bytes(raw[start + 26:start + 28], "little")
+        extra_len = int.from_bytes(raw[start + 28:start + 30], "little")
+        offsets[info.filename] = start + 30 + name_len + extra_len + info.compress_size // 2
+    return offsets
+
+
+def test_flipped_byte_in_any_entry_is_an_artifact_error(exported, tmp_path):
+    raw = open(exported, "rb").read()
+    for name, offset in _entry_data_offsets(exported).items():
+        damaged = bytearray(raw)
+        damaged[offset] ^= 0xFF
+        path = tmp_path / "flipped.tkpkg"
+        path.write_bytes(bytes(damaged))
+        with pytest.raises(ArtifactError, match=r"corrupted"):
+            tk.runtime.load(path)
+
+
+def test_flipped_byte_anywhere_never_escapes_as_another_error(exported, tmp_path):
+    raw = open(exported, "rb").read()
+    path = tmp_path / "flipped.tkpkg"
+    for offset in range(0, len(raw), max(1, len(raw) // 97)):
+        damaged = bytearray(raw)
+        damaged[offset] ^= 0xFF
+        path.write_bytes(bytes(damaged))
+        try:
+            tk.runtime.load(path)  # a byte nothing reads (a timestamp) may load fine
+        except ArtifactError:
+            pass
+
+
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 0.9, 0.999])
+def test_truncated_file(exported, tmp_path, fraction):
+    raw = open(exported, "rb").read()
+    path = tmp_path / "truncated.tkpkg"
+    path.write_bytes(raw[:int(len(raw) * fraction)])
+    with pytest.raises(ArtifactError, match=r"is not a tensorkiln model package or is truncated/corrupted"):
+        tk.runtime.load(path)
+
+
+def test_not_a_zip(tmp_path):
+    path = tmp_path / "model.onnx"
+    path.write_bytes(b"this is not a package" * 10)
+    with pytest.raises(ArtifactError, match=r"model.onnx is not a tensorkiln model package"):
+        tk.runtime.load(path)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ArtifactError, match=r"no model package at .*absent.tkpkg"):
+        tk.runtime.load(tmp_path / "absent.tkpkg")
+
+
+def test_zip_without_record(tmp_path):
+    path = tmp_path / "other.zip"
+    _write(path, {"readme.txt": b"hello"}, rehash=False)
+    with pytest.raises(ArtifactError, match=r"missing tensorkiln.json or CONTENT_HASH"):
+        tk.runtime.load(path)
+
+
+def test_record_that_is_not_json(exported, tmp_path):
+    entries = _entries(exported)
+    entries[package.RECORD] = b"{not json"
+    path = tmp_path / "badjson.tkpkg"
+    _write(path, entries)
+    with pytest.raises(ArtifactError, match=r"tensorkiln.json is not valid JSON"):
+        tk.runtime.load(path)
+
+
+def test_other_format(exported, tmp_path):
+    path = _with_record(exported, tmp_path, lambda r: r.update(format="someone-else"))
+    with pytest.raises(ArtifactError, match=r"not a tensorkiln model package \(format 'someone-else'\)"):
+        tk.runtime.load(path)
+
+
+def test_format_version_mismatch(exported, tmp_path):
+    path = _with_record(exported, tmp_path, lambda r: r.update(format_version=99))
+    with pytest.raises(ArtifactError, match=rf"package format version 99 is not supported by tensorkiln "
+                                            rf"{tk.__version__} \(reads version {package.FORMAT_VERSION}\)"):
+        tk.runtime.load(path)
+
+
+def test_core_version_mismatch(exported, tmp_path):
+    path = _with_record(exported, tmp_path, lambda r: r.update(core_version="97.3.0"))
+    with pytest.raises(ArtifactError, match=rf"compiled by tensorkiln 97.3.0, this is tensorkiln {tk.__version__}"):
+        tk.runtime.load(path)
+
+
+def _edit_target(**changes):
+    def edit(record):
+        for info in record["targets"].values():
+            info.update(changes)
+    return edit
+
+
+def test_plugin_version_mismatch(exported, tmp_path):
+    path = _with_record(exported, tmp_path, _edit_target(plugin_version="0.0.1-old"))
+    with pytest.raises(ArtifactError, match=r"compiled with tensorkiln-cpu-llvm 0.0.1-old for .*llvm.*, but .* is installed"):
+        tk.runtime.load(path)
+
+
+def test_manifest_hash_mismatch(exported, tmp_path):
+    path = _with_record(exported, tmp_path, _edit_target(manifest_hash="0" * 64))
+    with pytest.raises(ArtifactError, match=r"the manifest of plugin 'cpu_llvm' changed since the model was compiled "
+                                            r"\(manifest hash differs\)"):
+        tk.runtime.load(path)
+
+
+def test_plugin_not_installed(exported, tmp_path):
+    path = _with_record(exported, tmp_path, _edit_target(plugin="acme_npu", distribution="acme-npu"))
+    with pytest.raises(ArtifactError, match=r"needs target plugin 'acme_npu' \(acme-npu .*\), which is not installed"):
+        tk.runtime.load(path)
