@@ -98,6 +98,9 @@ def _print_summary(summary: dict, console) -> None:
                   f"planned activation memory {summary['peak_activation_bytes'] / 1e6:.2f} MB "
                   f"(no reuse: {summary['unplanned_activation_bytes'] / 1e6:.2f} MB); "
                   f"weights {summary['weight_bytes'] / 1e6:.2f} MB; compile {summary['compile_seconds']:.2f} s")
+    skipped = summary.get("skipped_passes") or {}
+    if skipped:
+        console.print("skipped passes: " + "; ".join(f"{name} ({reason})" for name, reason in skipped.items()))
     table = Table(title="placement")
     for column in ("#", "kernel", "ops", "target", "fallback reason"):
         table.add_column(column)

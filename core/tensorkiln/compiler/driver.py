@@ -92,12 +92,14 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     ops_before = sum(1 for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Op))
 
     plugin_passes = registry().call("tensorkiln_passes", target)
-    mod = PassManager(context, target).run(mod, (*_pipeline(context), *plugin_passes))
+    manager = PassManager(context, target)
+    mod = manager.run(mod, (*_pipeline(context), *plugin_passes))
     placement = place_ops(mod, target, strict=strict)
     # Fusion runs after placement so a group never mixes targets.
     fuse_context = dataclasses.replace(context, config={**context.config, "fuse_ops": {
         **context.config.get("fuse_ops", {}), "placement": placement.by_call}})
-    mod = PassManager(fuse_context, target).run(mod, ("fuse_ops",))
+    fuse_manager = PassManager(fuse_context, target)
+    mod = fuse_manager.run(mod, ("fuse_ops",))
     mod = group_each_op(mod, placement.by_call)
     placement = placement.for_groups(mod)
     calls = _group_calls(mod)
@@ -116,6 +118,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     return CompiledModel(
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
+        skipped_passes={s.name: s.reason for s in (*manager.skipped, *fuse_manager.skipped)},
         compile_seconds=time.perf_counter() - start, graph=mod)
 
 

@@ -23,7 +23,8 @@ __all__ = ["CompiledModel"]
 class CompiledModel:
     def __init__(self, *, plan: ExecutionPlan, constants: dict[int, np.ndarray], artifacts: dict[str, Artifact],
                  target_objects: dict[str, Target], target: str, ops_before_fusion: int = 0,
-                 pass_times: dict[str, float] | None = None, compile_seconds: float = 0.0, graph=None) -> None:
+                 pass_times: dict[str, float] | None = None, compile_seconds: float = 0.0, graph=None,
+                 skipped_passes: dict[str, str] | None = None) -> None:
         self.plan = plan
         self.constants = constants
         self.artifacts = artifacts
@@ -31,6 +32,7 @@ class CompiledModel:
         self.target = target
         self.ops_before_fusion = ops_before_fusion
         self.pass_times = dict(pass_times or {})
+        self.skipped_passes = dict(skipped_passes or {})
         self.compile_seconds = compile_seconds
         self.graph = graph
         self._loaded: dict[str, Any] = {}
@@ -101,6 +103,7 @@ class CompiledModel:
             "unplanned_activation_bytes": sum(v.nbytes for v in intermediate),
             "weight_bytes": int(sum(np.asarray(c).nbytes for c in self.constants.values())),
             "pass_times": dict(self.pass_times),
+            "skipped_passes": dict(self.skipped_passes),
             "compile_seconds": self.compile_seconds,
             "placement": self.placement(),
         }

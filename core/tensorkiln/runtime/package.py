@@ -73,6 +73,7 @@ def save_package(model, path) -> None:
         "format": FORMAT, "format_version": FORMAT_VERSION, "core_version": __version__,
         "target": model.target, "targets": targets, "plan": model.plan.to_json(), "artifacts": artifacts,
         "ops_before_fusion": model.ops_before_fusion, "pass_times": model.pass_times,
+        "skipped_passes": model.skipped_passes,
         "compile_seconds": model.compile_seconds,
     }
     try:
@@ -162,4 +163,5 @@ def load(path):
     return CompiledModel(plan=ExecutionPlan.from_json(record["plan"]), constants=constants, artifacts=artifacts,
                          target_objects=target_objects, target=record["target"],
                          ops_before_fusion=record.get("ops_before_fusion", 0),
-                         pass_times=record.get("pass_times", {}), compile_seconds=record.get("compile_seconds", 0.0))
+                         pass_times=record.get("pass_times", {}), compile_seconds=record.get("compile_seconds", 0.0),
+                         skipped_passes=record.get("skipped_passes", {}))
