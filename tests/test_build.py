@@ -1,4 +1,4 @@
-"""tk.build: te schedules (the seed's examples) and PrimFuncs -> runtime.Module, compared with numpy."""
+"""tests/test_build.py: tk.build: te schedules (the seed's examples) and PrimFuncs -> runtime.Module, compared with numpy."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,4 @@
-"""`tensorkiln.build`: a te schedule or tir PrimFuncs -> a runtime.Module loaded on the target.
+"""build_module.py: `tensorkiln.build`: a te schedule or tir PrimFuncs -> a runtime.Module loaded on the target.
 
     f = tk.build(s, [A, B, C], target="llvm", name="gemm")   # lowers with tensorkiln.tir.lower
     f = tk.build(prim_func, target="llvm")                    # or [prim_func, ...]

@@ -64,6 +64,8 @@ class TensorkilnBackend(Backend):
         graph_outputs = [helper.make_empty_tensor_value_info(name) for name in node.output if name]
         graph = helper.make_graph([node], "run_node", graph_inputs, graph_outputs)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(node.domain or "", kwargs.get("opset", onnx.defs.onnx_opset_version()))])
+        # The checker in prepare() wants typed graph outputs: let ONNX shape inference fill them in.
+        model = onnx.shape_inference.infer_shapes(model)
         return cls.run_model(model, [a for name, a in zip(node.input, arrays) if name], device, **kwargs)
 
     @classmethod

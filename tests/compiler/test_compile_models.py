@@ -59,7 +59,7 @@ def test_light_model_matches_stored_output(compiled, name, rtol, atol):
 def test_light_model_runs_wholly_on_cpu_llvm(compiled, name):
     lib = compiled(name)[0]
     placement = lib.placement()
-    assert placement and all(step["fallback_reason"] is None for step in placement)
+    assert placement and not any(step["fallback_reason"] for step in placement)
     assert {step["target"] for step in placement} == {lib.target}
     summary = lib.summary()
     assert summary["kernels"] <= summary["kernel_launches"] <= summary["ops"]

@@ -95,7 +95,7 @@ def test_generated_docs_are_up_to_date():
 
 def test_pytest_plugin_runs_the_checks_as_items(tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "tensorkiln.conformance.pytest_plugin", "--pyargs",
+        [sys.executable, "-m", "pytest", "--pyargs",
          "tensorkiln.conformance", "--tk-target", "cpu_llvm", "--tk-level", "manifest", "-q", "-p", "no:cacheprovider",
          "--rootdir", str(tmp_path)], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

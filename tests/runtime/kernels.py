@@ -1,4 +1,4 @@
-"""Hand-built tir kernels for the cpu_llvm runtime tests (no te needed)."""
+"""tests/runtime/kernels.py: Hand-built tir kernels for the cpu_llvm runtime tests (no te needed)."""
 from __future__ import annotations
 
 import numpy as np

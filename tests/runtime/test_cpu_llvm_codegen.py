@@ -1,4 +1,4 @@
-"""cpu_llvm code generation of hand-built tir kernels, compared with numpy."""
+"""tests/runtime/test_cpu_llvm_codegen.py: cpu_llvm code generation of hand-built tir kernels, compared with numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,6 +19,7 @@ def test_elementwise_add_mul():
     x, y, out = rand(100, "float32"), rand(100, "float32"), np.zeros(100, np.float32)
     f(x, y, out)
     np.testing.assert_allclose(out, x * 2 + y, rtol=1e-6)
+    assert "llvm.fmuladd" in f.get_source("llvm-unoptimized")  # x * y + z may become one FMA
 
 
 def test_vector_ramp_load_store_and_broadcast():

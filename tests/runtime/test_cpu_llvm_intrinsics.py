@@ -1,4 +1,4 @@
-"""cpu_llvm GEMM intrinsics: called from hand-built tir, and through tensorize, against numpy."""
+"""tests/runtime/test_cpu_llvm_intrinsics.py: cpu_llvm GEMM intrinsics: called from hand-built tir, and through tensorize, against numpy."""
 from __future__ import annotations
 
 import numpy as np
@@ -127,3 +127,34 @@ def test_intrinsic_without_cpu_implementation_is_a_compile_error():
 class _FakeIntrin:
     def __init__(self, name, implementations):
         self.name, self.implementations = name, implementations
+
+
+def test_extern_impl_from_a_vendor_library_in_jit_and_export(tmp_path):
+    import shutil
+    import subprocess
+
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        pytest.skip("no C compiler on PATH to build the vendor library")
+    source = tmp_path / "vendor.c"
+    source.write_text(
+        "#include <stdint.h>\n"
+        "void vendor_scale(const float* x, float* y, int64_t n, int32_t accumulate) {\n"
+        "  for (int64_t i = 0; i < n; ++i) y[i] = (accumulate ? y[i] : 0.0f) + 3.0f * x[i];\n"
+        "}\n")
+    library = tmp_path / "libvendor.so"
+    subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(library), str(source)], check=True)
+    intrin = _FakeIntrin("vendor_scale", {"cpu_llvm": ExternImpl("vendor_scale", library=str(library))})
+    a, b = buf("A", (10,)), buf("B", (10,))
+    call = tir.Call("void", "vendor_scale", (tir.BufferPointer(a, tir.const(0)), tir.BufferPointer(b, tir.const(0)),
+                                             tir.const(10), tir.const(1)))
+    func = tir.PrimFunc("vendor", (a, b), tir.Evaluate(call), attrs=(("intrinsics", {"vendor_scale": intrin}),))
+    f = tk.build(func, target="llvm", name="vendor")
+    x, out = np.arange(10, dtype=np.float32), np.ones(10, np.float32)
+    f(x, out)
+    np.testing.assert_array_equal(out, 1 + 3 * x)
+    f.export_library(tmp_path / "uses_vendor.so")
+    reloaded = tk.runtime.load_module(tmp_path / "uses_vendor.so")
+    out[:] = 2
+    reloaded(x, out)
+    np.testing.assert_array_equal(out, 2 + 3 * x)

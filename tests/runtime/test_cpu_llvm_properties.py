@@ -1,4 +1,4 @@
-"""Random computes with random legal schedules (tests/te/strategies.py) built for cpu_llvm, against numpy."""
+"""tests/runtime/test_cpu_llvm_properties.py: Random computes with random legal schedules (tests/te/strategies.py) built for cpu_llvm, against numpy."""
 from __future__ import annotations
 
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""Exported shared libraries load again with tensorkiln.runtime.load_module, without llvmlite."""
+"""tests/runtime/test_export.py: Exported shared libraries load again with tensorkiln.runtime.load_module, without llvmlite."""
 from __future__ import annotations
 
 import json

@@ -179,3 +179,17 @@ def test_single_output_model_returns_an_array():
     expected = np.exp(data) / np.exp(data).sum(-1, keepdims=True)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-7)
     assert isinstance(single.run({"x": data}), list)
+
+
+def test_zero_dimensional_outputs_keep_their_shape(tmp_path):
+    """A 0-d constant output (ONNX Size folds to one) and a 0-d computed output stay shape ()."""
+    x = graph.var("x", shape=(3, 4), dtype="float32")
+    mod = graph.Module.from_expr(graph.tuple_(graph.const(np.array(12, np.int64)), graph.sum(x)))
+    lib = tk.compile(mod, target="cpu_llvm")
+    data = np.arange(12, dtype=np.float32).reshape(3, 4)
+    size, summed = lib(data)
+    assert size.shape == () and size.dtype == np.int64 and size == 12
+    assert summed.shape == () and summed == data.sum()
+    lib.export(tmp_path / "scalar.tkpkg")
+    size, summed = tk.runtime.load(tmp_path / "scalar.tkpkg")(data)
+    assert size.shape == () and summed.shape == ()

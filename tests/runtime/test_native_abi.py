@@ -1,4 +1,4 @@
-"""The native calling convention: argument checks in Python and in generated code, with pinned messages."""
+"""tests/runtime/test_native_abi.py: The native calling convention: argument checks in Python and in generated code, with pinned messages."""
 from __future__ import annotations
 
 import ctypes

@@ -1,9 +1,14 @@
 """tir.lower: loop nests from schedules, checked through tir.interpret and by IR shape."""
+import mmap
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 import tensorkiln as tk
 from tensorkiln import te, tir
+from tensorkiln.tir.visit import post_order_visit
 
 
 def matmul(n=16, m=None, k=None):
@@ -38,6 +43,12 @@ def collect(stmt, kind):
             if isinstance(child, tir.Stmt):
                 visit(child)
     visit(stmt)
+    return found
+
+
+def loads_of(node):
+    found = []
+    post_order_visit(node, lambda x: found.append(x) if isinstance(x, tir.Load) else None)
     return found
 
 
@@ -372,12 +383,89 @@ def test_trace_records_and_replays():
     tir.assert_structural_equal(tir.lower(s, [A, B]), tir.lower(s2, [A2, B2]))
 
 
-def test_vectorize_keeps_the_loop_when_a_select_guards_loads():
+def test_vectorize_turns_guarded_padding_reads_into_masked_loads():
     A = te.placeholder((6,), name="A")
     P = te.compute((8,), lambda i: te.if_then_else(tir.And(i >= 1, i < 7), A[i - 1], 0.0), name="P")
     s = te.create_schedule(P.op)
     s[P].vectorize(P.op.axis[0])
     func = tir.lower(s, [A, P])
-    assert func.body.kind is tir.ForKind.VECTORIZED
+    assert isinstance(func.body, tir.Store) and func.body.value.lanes == 8, str(func)
+    (load,) = loads_of(func.body.value)
+    assert load.lanes == 8 and load.predicate is not None and load.predicate.lanes == 8
     a = rand(6)
     np.testing.assert_allclose(run(func, a, out_shapes=[(8,)])[0], np.pad(a, 1))
+
+def test_shared_stage_inside_thread_loops_is_sized_for_the_whole_block():
+    # TVM's NeedRelax: a shared tile serves every threadIdx of the block; a local one, one thread
+    s, (A, B, C) = gpu_matmul_schedule(n=32, tile=8, chunk=4)
+    func = tir.lower(s, [A, B, C])
+    allocs = {a.buffer.name: a.buffer for a in collect(func.body, tir.Allocate)}
+    assert allocs["A.shared"].shape[0].value == 8 * 4      # rows of the block x k chunk, not 1 x 4
+    assert allocs["B.shared"].shape[0].value == 4 * 8
+    assert allocs["C.local"].shape[0].value == 1
+
+
+def test_global_stage_inside_thread_loops_covers_every_block_and_thread():
+    A = te.placeholder((64,), name="A")
+    B = te.compute((64,), lambda i: A[i] * 2.0, name="B")
+    C = te.compute((64,), lambda i: B[i] + 1.0, name="C")
+    s = te.create_schedule(C.op)
+    bx, tx = s[C].split(C.op.axis[0], factor=16)
+    s[C].bind(bx, te.thread_axis("blockIdx.x"))
+    s[C].bind(tx, te.thread_axis("threadIdx.x"))
+    s[B].compute_at(s[C], tx)
+    func = tir.lower(s, [A, C])
+    (alloc,) = collect(func.body, tir.Allocate)
+    assert alloc.buffer.name == "B" and alloc.buffer.shape[0].value == 64
+    a = rand(64)
+    np.testing.assert_allclose(run(func, a, out_shapes=[(64,)])[0], a * 2 + 1, rtol=1e-6)
+
+
+def test_reads_guarded_by_if_then_else_become_predicated_loads():
+    A = te.placeholder((1, 1, 4, 4), name="A")
+    P = te.compute((1, 1, 6, 6), lambda n, c, i, j: te.if_then_else(
+        tir.And(tir.And(i >= 1, i < 5), tir.And(j >= 1, j < 5)), A[n, c, i - 1, j - 1], 0.0), name="P")
+    inside = te.compute((1, 1, 4, 4), lambda n, c, i, j: te.if_then_else(A[n, c, i, j] > 0.0, A[n, c, i, j], 0.0),
+                        name="R")
+    func = tir.lower(te.create_schedule(P.op), [A, P])
+    (load,) = loads_of(func.body)
+    assert load.predicate is not None, str(func)
+    # an index the loop bounds keep in range needs no predicate
+    func = tir.lower(te.create_schedule(inside.op), [A, inside])
+    assert all(load.predicate is None for load in loads_of(func.body)), str(func)
+
+
+def test_duplicate_tensor_names_get_unique_buffer_names():
+    A = te.placeholder((4,), name="T_add")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="T_add")
+    func = tir.lower(te.create_schedule(B.op), [A, B])
+    assert [p.name for p in func.params] == ["T_add", "T_add.1"]
+
+
+_GUARDED_PADDING = """
+import ctypes, mmap, numpy as np, tensorkiln as tk
+from tensorkiln import te, tir
+n = mmap.PAGESIZE // 4
+memory = mmap.mmap(-1, 3 * mmap.PAGESIZE)
+base = ctypes.addressof(ctypes.c_char.from_buffer(memory))
+libc = ctypes.CDLL(None)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+assert libc.mprotect(base, mmap.PAGESIZE, 0) == 0 and libc.mprotect(base + 2 * mmap.PAGESIZE, mmap.PAGESIZE, 0) == 0
+a = np.frombuffer(memory, "float32", n, offset=mmap.PAGESIZE)   # one page between two unreadable ones
+a[...] = 1.0
+A = te.placeholder((n,), name="A")
+P = te.compute((n + 2,), lambda i: te.if_then_else(tir.And(i >= 1, i < n + 1), A[i - 1], 0.0), name="P")
+f = tk.build(te.create_schedule(P.op), [A, P], target="llvm", name="pad")
+p = np.full(n + 2, 7.0, "float32")
+f(a, p)
+assert p[0] == 0 and p[-1] == 0 and (p[1:-1] == 1).all(), p
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not tk.target("llvm").spec.is_available, reason="the llvm target is not available here")
+@pytest.mark.skipif(not hasattr(mmap, "PROT_READ"), reason="needs POSIX mmap and mprotect")
+def test_padded_read_at_the_edge_of_an_allocation_stays_in_bounds_on_llvm():
+    """cpu_llvm evaluates both sides of a Select; an unpredicated A[i - 1] read A[-1] (a crash here)."""
+    done = subprocess.run([sys.executable, "-c", _GUARDED_PADDING], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", (done.returncode, done.stderr[-2000:])

@@ -1,6 +1,7 @@
 """tir.simplify_expr and the simplify pass: IR in, IR out."""
 from tensorkiln import tir
 from tensorkiln.tir import IntImm, Var
+from tensorkiln.tir.arith import const_bounds
 
 
 def c(v):
@@ -53,3 +54,23 @@ def test_simplify_pass_uses_loop_bounds_and_drops_known_branches():
     expected = tir.PrimFunc("f", (buf,), tir.For(i, c(0), c(8), tir.ForKind.SERIAL,
                                                   tir.Store(buf, tir.const(1.0), i)))
     tir.assert_structural_equal(tir.simplify(func), expected)
+
+
+def test_folded_constants_wrap_to_narrow_int_dtypes():
+    # two's complement, as C and numpy: no IntImm outside its dtype's range
+    x, y = Var("x", "int8"), Var("y", "uint8")
+    folded = tir.simplify_expr(IntImm("int8", 100) + IntImm("int8", 28))
+    assert (folded.dtype, folded.value) == ("int8", -128)
+    folded = tir.simplify_expr(IntImm("uint8", 3) - IntImm("uint8", 4))
+    assert (folded.dtype, folded.value) == ("uint8", 255)
+    linear = tir.simplify_expr(x + IntImm("int8", 100) + IntImm("int8", 28))
+    assert isinstance(linear, tir.Add) and linear.b.value == -128
+    assert str(tir.simplify_expr(y - IntImm("uint8", 1) - IntImm("uint8", 0))) == "(y - 1)"
+    assert tir.simplify_expr(x * IntImm("int8", 64) * IntImm("int8", 4)).value == 0   # 256 wraps to 0
+
+
+def test_narrowing_cast_drops_bounds_that_do_not_fit():
+    i = Var("i")
+    bounds = {i: (0, 200)}
+    assert const_bounds(tir.Cast("int16", i), bounds) == (0, 200)
+    assert const_bounds(tir.Cast("int8", i), bounds) is None

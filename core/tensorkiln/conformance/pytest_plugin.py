@@ -3,9 +3,8 @@
     pytest --pyargs tensorkiln.conformance --tk-target opencl [--tk-level manifest,runtime]
            [--tk-shapes-per-op 1] [--tk-dtype float32] [--tk-op add]
 
-`conftest.py` of this package loads this plugin, so `--pyargs` finds the options;
-another test suite may load it with `-p tensorkiln.conformance.pytest_plugin` (or
-`pytest_plugins = ["tensorkiln.conformance.pytest_plugin"]` in its conftest).
+The core distribution registers this module as a pytest plugin (entry point group
+`pytest11`), so the options exist wherever tensorkiln is installed.
 `test_conformance.py` parametrizes one item per check: skipped checks are
 skipped with their reason, checks in the plugin's expected-failure file are
 xfail, optional checks that fail are xfail (non-strict) with the failure shown.

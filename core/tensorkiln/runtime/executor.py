@@ -53,7 +53,8 @@ class GraphExecutor:
                 self._host_values[value.id] = np.empty(value.shape, to_numpy(value.dtype))
                 self._value_target[value.id] = None
             elif value.kind == "constant":
-                self._host_values[value.id] = np.ascontiguousarray(self.compiled.constants[value.id])
+                # reshape: np.ascontiguousarray turns a 0-d array into shape (1,)
+                self._host_values[value.id] = np.ascontiguousarray(self.compiled.constants[value.id]).reshape(value.shape)
                 self._value_target[value.id] = None
             else:
                 storage = storages[value.storage]
@@ -159,12 +160,24 @@ class GraphExecutor:
         """A numpy copy of output `index` (later runs do not change it)."""
         if not 0 <= index < len(self.plan.outputs):
             raise RuntimeLaunchError(f"output index {index} out of range: the model has {len(self.plan.outputs)} outputs")
-        value_id = self.plan.outputs[index]
+        return self.value(self.plan.outputs[index])
+
+    def value(self, value_id: int) -> np.ndarray:
+        """A numpy copy of any value of the plan (input, constant, intermediate, output).
+
+        Intermediates are only meaningful right after the step that produced them:
+        memory planning reuses their storage (see `run_step`).
+        """
         target = self._value_target[value_id]
         array = self._host_values[value_id]
         if target is None or self._loaders[target].uses_host_memory:
             return np.array(array, copy=True)
-        return self._loaders[target].to_host(array)
+        return np.asarray(self._loaders[target].to_host(array))
+
+    def run_step(self, index: int) -> None:
+        """Run step `index` of the plan alone (debugging, bisection); inputs must be set."""
+        self._refresh_mirrors(self.plan.steps[index])
+        self._functions[index](*self._step_args[index])
 
     def outputs(self) -> list[np.ndarray]:
         return [self.get_output(i) for i in range(self.get_num_outputs())]

@@ -1,4 +1,4 @@
-"""`tensorkiln.runtime.Module`: what `tk.build` returns and `load_module` loads again.
+"""runtime/module.py: `tensorkiln.runtime.Module`: what `tk.build` returns and `load_module` loads again.
 
     f = tk.build(s, [A, B, C], target="llvm", name="gemm")
     f(a, b, c)                                   # runs the entry kernel "gemm"

@@ -46,7 +46,8 @@ def _content_hash(entries: dict[str, bytes]) -> str:
 
 def _npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
+    # reshape: np.ascontiguousarray turns a 0-d array into shape (1,)
+    np.save(buffer, np.ascontiguousarray(array).reshape(np.shape(array)), allow_pickle=False)
     return buffer.getvalue()
 
 

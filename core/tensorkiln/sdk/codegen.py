@@ -131,7 +131,12 @@ class RuntimeLoader(abc.ABC):
     def to_device(self, array: Any, target: Any = None) -> Any:
         """Copy a numpy array to a new device array."""
         import numpy as np
-        return np.ascontiguousarray(array)
+        return np.array(array, copy=True, order="C")
+
+    def describe_device(self, target: Any = None) -> str:
+        """One line naming the device, for reports (conformance, benchmarks)."""
+        import platform
+        return f"host CPU {platform.machine()} {platform.processor() or ''}".strip()
 
     def copy_into(self, device_array: Any, array: Any) -> None:
         """Copy a numpy array into an existing device array of the same shape and dtype."""

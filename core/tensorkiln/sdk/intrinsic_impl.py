@@ -1,4 +1,4 @@
-"""How a tensor intrinsic is implemented on one target.
+"""sdk/intrinsic_impl.py: how a tensor intrinsic is implemented on one target.
 
 A `te.TensorIntrin` carries a te description (what it computes, used by
 tensorize and by the conformance kit) plus `implementations={target: impl}`. The

@@ -1,4 +1,4 @@
-"""The native calling convention shared by every plugin that produces machine code.
+"""sdk/native.py: The native calling convention shared by every plugin that produces machine code.
 
 Who uses it: a plugin whose emitter produces native code (cpu_llvm, a plain-C
 plugin) makes each kernel a C-ABI *packed function*, and runs it through
@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import json
 import numbers
+import struct
 import weakref
 from typing import Any, Iterable, Sequence
 
@@ -175,43 +176,67 @@ def describe_error(signature: KernelSignature, code: int, args: Sequence[Any] | 
 PACKED_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(TKArg), ctypes.c_int32)
 
 
-def _pack(signature: KernelSignature, args: Sequence[Any]) -> tuple[ctypes.Array, list]:
-    packed = (TKArg * max(1, len(args)))()
-    keepalive: list = []
-    for slot, spec, value in zip(packed, signature.params, args):
-        slot.dtype_code, slot.dtype_bits, slot.dtype_lanes = dtype_fields(spec.dtype)
-        if spec.kind == "scalar":
-            slot.ndim = 0
-            if dtype_of(spec.dtype).is_float:
-                slot.value.f = float(value)
-            else:
-                slot.value.i = int(value)
-            continue
-        shape = (ctypes.c_int64 * max(1, value.ndim))(*value.shape)
-        keepalive.append(shape)
-        slot.data = value.ctypes.data
-        slot.shape = shape
-        slot.strides = None  # checked C-contiguous above
-        slot.ndim = value.ndim
-    return packed, keepalive
-
-
 class NativeKernel(KernelFunction):
     """A packed native function at `address`; calls check arguments in Python, then in native code.
 
     `owner` keeps whatever holds the code (a JIT engine, a ctypes library) alive.
+    Per call only data pointers and scalar values change: they are written into a
+    copy of a TKArg template made once per kernel (a fast path of a few microseconds;
+    anything unusual goes through `check_arguments`, which names the problem).
     """
 
     def __init__(self, signature: KernelSignature, address: int, owner: Any) -> None:
         self.signature = signature
         self._function = PACKED_FUNCTION(address)
         self._owner = owner
+        count = len(signature.params)
+        template = (TKArg * max(1, count))()
+        self._keepalive: list = []
+        self._plan: list[tuple] = []
+        for slot, spec in zip(template, signature.params):
+            slot.dtype_code, slot.dtype_bits, slot.dtype_lanes = dtype_fields(spec.dtype)
+            if spec.kind == "scalar":
+                self._plan.append(("scalar", "<d" if dtype_of(spec.dtype).is_float else "<q", None, None))
+                continue
+            shape = (ctypes.c_int64 * max(1, len(spec.shape)))(*spec.shape)
+            self._keepalive.append(shape)
+            slot.shape, slot.ndim = shape, len(spec.shape)
+            np_dtype = to_numpy(spec.dtype)
+            strides, step = [], np_dtype.itemsize
+            for extent in reversed(spec.shape):
+                strides.insert(0, step)
+                step *= extent
+            self._plan.append(("buffer", np_dtype, tuple(spec.shape), tuple(strides)))
+        self._template = bytes(template)
+        self._array_type = TKArg * max(1, count)
+        self._value_offset = TKArg.value.offset
+
+    def _is_plain_call(self, args: Sequence[Any]) -> bool:
+        if len(args) != len(self._plan):
+            return False
+        for (kind, np_dtype, shape, strides), value in zip(self._plan, args):
+            if kind == "scalar":
+                if np_dtype == "<q" and not isinstance(value, (int, np.integer)) or isinstance(value, np.ndarray):
+                    return False
+                if not isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+                    return False
+            elif type(value) is not np.ndarray or value.dtype != np_dtype or value.shape != shape \
+                    or value.strides != strides:
+                return False
+        return True
 
     def __call__(self, *args: Any) -> None:
-        check_arguments(self.signature, args)
-        packed, keepalive = _pack(self.signature, args)
-        code = self._function(packed, len(args))
-        del keepalive
+        if not self._is_plain_call(args):
+            check_arguments(self.signature, args)  # raises, naming the argument, unless the call is fine
+        packed = bytearray(self._template)
+        size = ctypes.sizeof(TKArg)
+        for index, ((kind, np_dtype, _, _), value) in enumerate(zip(self._plan, args)):
+            if kind == "scalar":
+                number = float(value) if np_dtype == "<d" else int(value)
+                struct.pack_into(np_dtype, packed, index * size + self._value_offset, number)
+            else:
+                struct.pack_into("<Q", packed, index * size, value.ctypes.data)
+        code = self._function(self._array_type.from_buffer(packed), len(args))
         if code != 0:
             raise RuntimeLaunchError(describe_error(self.signature, code, args))
 

@@ -209,7 +209,12 @@ def _promote(a, b):
 
 
 def if_then_else(condition, true_value, false_value) -> n.PrimExpr:
-    """`condition ? true_value : false_value` (lowered to tir.Select; see lower.py for loads)."""
+    """`condition ? true_value : false_value`: reads in a branch happen only where it is taken.
+
+    Lowered to tir.Select, which may evaluate both sides; reads in a branch that may be
+    out of bounds become Loads predicated on the branch's condition, so padded reads
+    (`te.if_then_else(i >= 1, A[i - 1], 0.0)`) are safe and still vectorize.
+    """
     condition = n.as_expr(condition, "bool")
     if not dtype_of(condition.dtype).is_bool:
         condition = n.NE(condition, n.as_expr(0, condition.dtype))

@@ -6,20 +6,28 @@ compared, mutated and replayed:
 
     s2 = te.create_schedule(fresh_C.op)
     te.replay(s.trace, s2)          # same loop nest as s
+
+Stage names are unique within a schedule (te/schedule.py: a second `T_add` is
+`T_add.1`), so every record names exactly one stage. A trace stores as JSON:
+
+    text = te.trace.to_json(s.trace)
+    te.replay(te.trace.from_json(text), s2, target="llvm")   # Tensorize looks its intrinsic up by name
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Mapping
 
-from ..ir.errors import ScheduleError
+from ..ir.errors import ScheduleError, TargetError
 
 if TYPE_CHECKING:
     from .schedule import Schedule
 
 __all__ = ["Record", "Split", "Fuse", "Reorder", "Tile", "Unroll", "Vectorize", "Parallel",
            "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "StorageAlign",
-           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "replay"]
+           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "replay", "to_json", "from_json"]
 
 
 class Record:
@@ -27,6 +35,11 @@ class Record:
 
     def apply(self, schedule: "Schedule"):
         raise NotImplementedError
+
+    def to_dict(self) -> dict:
+        """`{"primitive": "Split", "stage": "C", "axis": "i", "factor": 32, "nparts": None}`."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
+        return {"primitive": type(self).__name__, **values}
 
 
 @dataclass(frozen=True)
@@ -158,18 +171,21 @@ class StorageAlign(Record):
 
 @dataclass(frozen=True)
 class Tensorize(Record):
-    """`intrin` is kept for replay in-process; a stored trace is resolved by `intrin_name`."""
+    """`intrin` is kept for replay in-process; it is not part of equality or JSON, and a
+    record without it is resolved by `intrin_name` (see `replay`)."""
 
     stage: str
     axis: str
     intrin_name: str
     intrin: object = field(default=None, compare=False, repr=False)
 
-    def apply(self, s):
-        if self.intrin is None:
-            raise ScheduleError(f"replay Tensorize on stage {self.stage}: intrinsic {self.intrin_name!r} "
-                                "is not attached to the record; look it up and rebuild the record")
-        return s[self.stage].tensorize(self.axis, self.intrin)
+    def apply(self, s, intrin=None):
+        intrin = self.intrin if self.intrin is not None else intrin
+        if intrin is None:
+            raise ScheduleError(f"replay Tensorize on stage {self.stage}: the record holds only the intrinsic's "
+                                f"name {self.intrin_name!r}; pass target= (looked up with tensorkiln.intrinsic) "
+                                "or intrinsics={name: intrin} to te.replay")
+        return s[self.stage].tensorize(self.axis, intrin)
 
 
 @dataclass(frozen=True)
@@ -200,8 +216,67 @@ class SetScope(Record):
         return s[self.stage].set_scope(self.scope)
 
 
-def replay(trace, schedule: "Schedule") -> "Schedule":
-    """Apply every record of `trace` to `schedule` (built on a fresh, same-named compute)."""
-    for record in trace:
-        record.apply(schedule)
+_RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
+    Split, Fuse, Reorder, Tile, Unroll, Vectorize, Parallel, ComputeAt, ComputeInline, ComputeRoot, Bind,
+    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope)}
+
+
+def record_from_dict(data: Mapping) -> Record:
+    """The record `Record.to_dict` gave `data`; lists become tuples again."""
+    data = dict(data)
+    kind = data.pop("primitive", None)
+    cls = _RECORD_TYPES.get(kind)
+    if cls is None:
+        raise ScheduleError(f"trace record {data!r}: unknown primitive {kind!r}; known: {', '.join(_RECORD_TYPES)}")
+    names = {f.name for f in dataclasses.fields(cls) if f.compare}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        raise ScheduleError(f"trace record {kind}: unknown fields {unknown}; {kind} has {sorted(names)}")
+    try:
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+    except TypeError as error:
+        raise ScheduleError(f"trace record {kind} {data!r}: {error}") from None
+
+
+def to_json(trace) -> str:
+    """The trace as a JSON list of `Record.to_dict()` objects (no Python objects inside)."""
+    try:
+        return json.dumps([record.to_dict() for record in trace])
+    except TypeError as error:
+        raise ScheduleError(f"trace cannot be stored as JSON: {error} (a pragma value must be a "
+                            "number, string, bool, None or a list of those)") from None
+
+
+def from_json(text: str) -> tuple[Record, ...]:
+    """The records `to_json` wrote."""
+    return tuple(record_from_dict(item) for item in json.loads(text))
+
+
+def replay(trace, schedule: "Schedule", *, target=None, intrinsics: Mapping[str, object] | None = None) -> "Schedule":
+    """Apply every record of `trace` to `schedule` (built on a fresh, same-named compute).
+
+    Records may be Record objects or their `to_dict()` form. A Tensorize record that
+    holds only its intrinsic's name finds it in `intrinsics` ({name: TensorIntrin}) or
+    with `tensorkiln.intrinsic(name, target=target)`. A record that fails raises
+    ScheduleError naming its position and the record.
+    """
+    for position, record in enumerate(trace):
+        if isinstance(record, Mapping):
+            record = record_from_dict(record)
+        try:
+            if isinstance(record, Tensorize) and record.intrin is None:
+                record.apply(schedule, _find_intrinsic(record, target, intrinsics))
+            else:
+                record.apply(schedule)
+        except (ScheduleError, TargetError) as error:
+            raise ScheduleError(f"replay: record {position} {record}: {error}") from error
     return schedule
+
+
+def _find_intrinsic(record: Tensorize, target, intrinsics):
+    if intrinsics and record.intrin_name in intrinsics:
+        return intrinsics[record.intrin_name]
+    if target is None:
+        return None   # Tensorize.apply explains what to pass
+    from ..targets import intrinsic   # the plugin registry loads on first use only
+    return intrinsic(record.intrin_name, target=target)

@@ -15,7 +15,7 @@ from ..ir.dtypes import dtype_of, to_numpy
 from . import nodes as n
 from .visit import expr_key, rewrite
 
-__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "Bounds"]
+__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "wrap_int", "Bounds"]
 
 Bounds = dict  # Var -> (lo, hi) inclusive ints
 
@@ -46,7 +46,11 @@ def const_bounds(e: n.PrimExpr, bounds: Bounds) -> tuple[int, int] | None:
     if isinstance(e, n.Var):
         return bounds.get(e)
     if isinstance(e, n.Cast):
-        return const_bounds(e.value, bounds) if dtype_of(e.value.dtype).is_int else None
+        inner = const_bounds(e.value, bounds) if dtype_of(e.value.dtype).is_int else None
+        if inner is None or not dtype_of(e.dtype).is_int:
+            return None
+        # a narrowing cast wraps: its bounds hold only when both ends fit the new dtype
+        return inner if _fits(e.dtype, inner[0]) and _fits(e.dtype, inner[1]) else None
     if isinstance(e, (n.Add, n.Sub, n.Mul, n.Min, n.Max)):
         a, b = const_bounds(e.a, bounds), const_bounds(e.b, bounds)
         if a is None or b is None:
@@ -113,24 +117,54 @@ def linear_form(e: n.PrimExpr) -> tuple[dict, int]:
     return {k: v for k, v in terms.items() if v[1] != 0}, const
 
 
+def wrap_int(dtype: str, value: int) -> int:
+    """`value` wrapped into an integer dtype's range (two's complement), as C and numpy do:
+    wrap_int("int8", 128) == -128, wrap_int("uint8", -1) == 255."""
+    d = dtype_of(dtype)
+    if d.is_bool:
+        return int(bool(value))
+    value, modulus = int(value), 1 << d.bits
+    if d.is_signed:
+        half = modulus >> 1
+        return (value + half) % modulus - half
+    return value % modulus
+
+
+def _fits(dtype: str, value: int) -> bool:
+    return wrap_int(dtype, value) == value
+
+
+def _signed_form(dtype: str, value: int) -> tuple[bool, int]:
+    """(negate, magnitude) spelling `value` in dtype: `+ magnitude` or `- magnitude`, whichever
+    immediate is smaller and positive (`x + -5` is `x - 5`; in uint8, `x + 255` is `x - 1`)."""
+    plain, negated = wrap_int(dtype, value), wrap_int(dtype, -value)
+    if negated > 0 and (plain < 0 or negated < plain):
+        return True, negated
+    return False, plain
+
+
 def _build_linear(terms, const: int, dtype: str) -> n.PrimExpr:
+    # Add, Sub and Mul wrap, so coefficients and the constant are exact modulo 2**bits:
+    # every immediate is wrapped into the dtype's range.
     result = None
     for atom, coeff in terms:
-        if coeff == 0:
+        if wrap_int(dtype, coeff) == 0:
             continue
-        magnitude = abs(coeff)
+        if result is None:
+            negate, magnitude = False, wrap_int(dtype, coeff)
+        else:
+            negate, magnitude = _signed_form(dtype, coeff)
         term = atom if magnitude == 1 else n.Mul(atom, n.IntImm(dtype, magnitude))
         if result is None:
-            result = term if coeff > 0 else n.Mul(atom, n.IntImm(dtype, coeff))
+            result = term
         else:
-            result = n.Add(result, term) if coeff > 0 else n.Sub(result, term)
+            result = n.Sub(result, term) if negate else n.Add(result, term)
     if result is None:
-        return n.IntImm(dtype, const)
-    if const > 0:
-        return n.Add(result, n.IntImm(dtype, const))
-    if const < 0:
-        return n.Sub(result, n.IntImm(dtype, -const))
-    return result
+        return n.IntImm(dtype, wrap_int(dtype, const))
+    if wrap_int(dtype, const) == 0:
+        return result
+    negate, magnitude = _signed_form(dtype, const)
+    return n.Sub(result, n.IntImm(dtype, magnitude)) if negate else n.Add(result, n.IntImm(dtype, magnitude))
 
 
 def _linear_bounds(terms, const: int, bounds: Bounds) -> tuple[int, int] | None:
@@ -180,13 +214,7 @@ def _imm(dtype: str, value) -> n.PrimExpr:
         return n.IntImm("bool", int(bool(value)))
     if d.is_float:
         return n.FloatImm(dtype, float(to_numpy(dtype).type(value)))
-    bits = d.bits
-    value = int(value)
-    if d.is_signed:
-        value = (value + (1 << (bits - 1))) % (1 << bits) - (1 << (bits - 1))
-    else:
-        value %= 1 << bits
-    return n.IntImm(dtype, value)
+    return n.IntImm(dtype, wrap_int(dtype, value))
 
 
 def _const_value(e):
@@ -245,6 +273,9 @@ def _simplify_node(e, bounds: Bounds):
         c = _const_value(e.a)
         if c is not None:
             return n.IntImm("bool", int(not c))
+    if isinstance(e, n.Load) and e.predicate is not None and e.predicate.lanes == 1 \
+            and _const_value(e.predicate) is True:
+        return n.Load(e.buffer, e.index)
     if isinstance(e, n.Ramp) and is_const_int(e.stride, 0):
         return n.Broadcast(e.base, e.lanes_count)
     return None
@@ -330,7 +361,8 @@ def _simplify_int(e, bounds):
         e = n.FloorDiv(a, b)
     if c == 1:
         return a if isinstance(e, n.FloorDiv) else n.IntImm(dtype, 0)
-    if isinstance(e, n.FloorDiv) and isinstance(a, n.FloorDiv) and as_int(a.b) is not None and as_int(a.b) > 0:
+    if (isinstance(e, n.FloorDiv) and isinstance(a, n.FloorDiv) and as_int(a.b) is not None and as_int(a.b) > 0
+            and _fits(dtype, as_int(a.b) * c)):
         return n.FloorDiv(a.a, n.IntImm(dtype, as_int(a.b) * c))
     terms, const = linear_form(a)
     whole = [(atom, coeff) for atom, coeff in terms.values() if coeff % c == 0]

@@ -111,6 +111,18 @@ class _Check:
         self.buffers = buffers
 
 
+def _select(condition, true_value, false_value):
+    return true_value if condition else false_value
+
+
+def _masked_load(buffer, check, index, predicate, zero):
+    mask = np.broadcast_to(np.asarray(predicate, dtype=bool), np.shape(index))
+    safe = np.where(mask, index, 0)
+    if check is not None and mask.any():
+        check(np.asarray(index)[mask])
+    return np.where(mask, buffer[safe], zero)
+
+
 def _alloc(size, np_dtype):
     if np.issubdtype(np_dtype, np.floating):
         return np.full(size, np.nan, dtype=np_dtype)
@@ -203,10 +215,12 @@ class _Emitter:
         return f"np.logical_not({self.expr(e.a)})" if e.lanes > 1 else f"(not {self.expr(e.a)})"
 
     def e_Select(self, e):
+        # both branches are evaluated, as emitters may do (see tir.Select): a Load that only
+        # its branch's condition keeps in bounds must carry that condition as its predicate
         c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
         if e.condition.lanes > 1 or e.lanes > 1:
             return f"np.where({c}, {t}, {f})"
-        return f"({t} if {c} else {f})"
+        return f"_select({c}, {t}, {f})"
 
     def e_Cast(self, e):
         return f"_cast({self.expr(e.value)}, {self.const(to_numpy(dtype_of(e.dtype).element))})"
@@ -226,10 +240,15 @@ class _Emitter:
 
     def e_Load(self, e):
         b = self.name(e.buffer, "b")
-        load = f"{b}[{self.index(e.buffer, e.index)}]"
-        if e.predicate is not None:
-            return f"np.where({self.expr(e.predicate)}, {b}[np.where({self.expr(e.predicate)}, {self.expr(e.index)}, 0)], 0)"
-        return load
+        if e.predicate is None:
+            return f"{b}[{self.index(e.buffer, e.index)}]"
+        # masked-off lanes read nothing (and are not bounds-checked); they yield 0
+        zero = self.const(to_numpy(dtype_of(e.buffer.dtype).element).type(0))
+        predicate, index = self.expr(e.predicate), self.expr(e.index)
+        check = f"_ck{b}" if self.check else "None"
+        if e.lanes == 1 and e.predicate.lanes == 1:
+            return f"({b}[{self.index(e.buffer, e.index)}] if {predicate} else {zero})"
+        return f"_masked_load({b}, {check}, {index}, {predicate}, {zero})"
 
     def e_BufferPointer(self, e):
         return f"({self.name(e.buffer, 'b')}, {self.expr(e.index)})"
@@ -327,7 +346,7 @@ def compile_to_python(func: n.PrimFunc, check_bounds: bool = True):
     emitter = _Emitter(func, check_bounds)
     source = emitter.program()
     namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_math": _MATH, "_alloc": _alloc,
-                 "_checker": _checker, **emitter.consts}
+                 "_checker": _checker, "_select": _select, "_masked_load": _masked_load, **emitter.consts}
     exec(compile(source, f"<tir {func.name}>", "exec"), namespace)
     program = namespace["_program"]
     program.source = source

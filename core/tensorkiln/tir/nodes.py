@@ -151,7 +151,13 @@ class Not(PrimExpr):
 
 @dataclass(frozen=True, eq=False)
 class Select(PrimExpr):
-    """`condition ? true_value : false_value`; both sides may be evaluated."""
+    """`condition ? true_value : false_value`; both sides may be evaluated.
+
+    Emitters may compute both branches (cpu_llvm's `select`, every lane of vector code),
+    and the interpreter does, so a branch must be safe to evaluate on its own: a Load
+    that only `condition` keeps in bounds carries it as its `predicate` (lowering of
+    te.if_then_else does this; see tir/schedule_ops.py `predicate_select_loads`).
+    """
 
     condition: PrimExpr
     true_value: PrimExpr

@@ -25,7 +25,7 @@ from .bound import interval
 from .tensorize import leaf_extents, match_tensorize
 from .visit import collect_vars, post_order_visit, rewrite, substitute
 
-__all__ = ["ScheduleLowering", "effective_body"]
+__all__ = ["ScheduleLowering", "effective_body", "predicate_select_loads"]
 
 
 @dataclass(eq=False)
@@ -315,11 +315,15 @@ class ScheduleLowering:
         return total if total is not None else n.IntImm("int32", 0)
 
     def lower_expr(self, expr: n.PrimExpr, root_map: dict) -> n.PrimExpr:
+        """A te expression as loop IR: roots substituted, reads turned into (guarded) Loads."""
+        return predicate_select_loads(self._lower_reads(expr, root_map), self.var_bounds)
+
+    def _lower_reads(self, expr: n.PrimExpr, root_map: dict) -> n.PrimExpr:
         expr = substitute(expr, root_map)
 
         def pre(x):
             if isinstance(x, TensorRead):
-                indices = tuple(self.lower_expr(i, {}) for i in x.indices)
+                indices = tuple(self._lower_reads(i, {}) for i in x.indices)
                 return n.Load(*self.address(x.tensor, indices))
             return None
         return rewrite(expr, pre=pre)
@@ -464,6 +468,10 @@ class ScheduleLowering:
         for var, (_, extent) in zip(thread_vars, threads):
             tid = var if tid is None else n.Add(n.Mul(tid, n.IntImm("int32", extent)), var)
         step = n.Var(f"{info.stage.name}.fetch")
+        steps = -(-total // count)
+        self.var_bounds[step] = (0, steps - 1)
+        for var, (_, extent) in zip(thread_vars, threads):
+            self.var_bounds[var] = (0, extent - 1)
         linear = n.Add(n.Mul(step, n.IntImm("int32", count)), tid)
         overrides, acc = {}, 1
         op = info.stage.op
@@ -478,11 +486,8 @@ class ScheduleLowering:
             body = n.IfThenElse(substitute(guard, overrides), body)
         if total % count:
             body = n.IfThenElse(n.LT(linear, n.IntImm("int32", total)), body)
-        steps = -(-total // count)
-        self.var_bounds[step] = (0, steps - 1)
         body = n.For(step, n.IntImm("int32", 0), n.IntImm("int32", steps), n.ForKind.SERIAL, body)
         for var, (tag, extent) in reversed(list(zip(thread_vars, threads))):
-            self.var_bounds[var] = (0, extent - 1)
             body = n.For(var, n.IntImm("int32", 0), n.IntImm("int32", extent), n.ForKind.THREAD_BINDING, body, tag)
         return body
 
@@ -557,6 +562,39 @@ def _is_relaxed(thread_tag: str | None, scope: str) -> bool:
         return True
     thread_rank = 0 if thread_tag.startswith("blockIdx") else 1
     return scope_rank <= thread_rank
+
+
+def predicate_select_loads(expr: n.PrimExpr, bounds: dict) -> n.PrimExpr:
+    """Give every Load in a Select branch that may be out of bounds the branch's condition
+    as its predicate: `Select(c, A[i - 1], 0)` -> `Select(c, A[i - 1] if c, 0)`.
+
+    tir.Select evaluates both branches (emitters may compute both and pick per lane, as
+    cpu_llvm and vector code do), while te.if_then_else means "read only when c holds":
+    padded reads rely on it. A predicated Load reads nothing where its predicate is false,
+    and stays vectorizable (a masked vector load). Loads whose index `bounds` proves in
+    range are left alone.
+    """
+    def is_safe(load: n.Load) -> bool:
+        index = const_bounds(load.index, bounds)
+        size = math.prod(as_int(s) or 0 for s in load.buffer.shape)
+        return index is not None and index[0] >= 0 and index[1] < size
+
+    def guard(branch: n.PrimExpr, condition: n.PrimExpr) -> n.PrimExpr:
+        def post(x):
+            if isinstance(x, n.Load) and not is_safe(x):
+                predicate = condition if x.predicate is None else n.And(condition, x.predicate)
+                return n.Load(x.buffer, x.index, predicate)
+            return None
+        return rewrite(branch, post=post)
+
+    def post(x):
+        if isinstance(x, n.Select):
+            true_value = guard(x.true_value, x.condition)
+            false_value = guard(x.false_value, n.Not(x.condition))
+            if true_value is not x.true_value or false_value is not x.false_value:
+                return n.Select(x.condition, true_value, false_value)
+        return None
+    return rewrite(expr, post=post)
 
 
 def _reads_of(body, stage: Stage) -> list[tuple]:

@@ -1,1 +1,1 @@
-"""tensorkiln target plugin `cpu_llvm`."""
+"""__init__.py: tensorkiln target plugin `cpu_llvm`."""

@@ -1,4 +1,4 @@
-"""The packed entry point of each kernel, per `tensorkiln.sdk.native`.
+"""abi.py: The packed entry point of each kernel, per `tensorkiln.sdk.native`.
 
 `int32_t NAME(TKArg* args, int32_t nargs)` checks the argument count, then every
 argument's dtype, ndim, data pointer, shape and strides, and only then unpacks

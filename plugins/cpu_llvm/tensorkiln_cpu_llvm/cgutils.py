@@ -1,4 +1,4 @@
-"""Small llvmlite helpers: dtype -> LLVM type, loops, guards, loop metadata, entry-block allocas.
+"""cgutils.py: Small llvmlite helpers: dtype -> LLVM type, loops, guards, loop metadata, entry-block allocas.
 
 In the spirit of numba's `cgutils`: code generation reads as nested `with` blocks::
 

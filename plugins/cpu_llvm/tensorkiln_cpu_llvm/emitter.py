@@ -1,4 +1,4 @@
-"""The cpu_llvm emitter: tir PrimFuncs -> one optimized LLVM module -> Artifact.
+"""emitter.py: The cpu_llvm emitter: tir PrimFuncs -> one optimized LLVM module -> Artifact.
 
 Pipeline (`LLVMEmitter.emit`):
 

@@ -1,4 +1,4 @@
-"""tir expressions -> LLVM values (scalars and vectors), one method per node type.
+"""exprs.py: tir expressions -> LLVM values (scalars and vectors), one method per node type.
 
 `ExprCodegen` holds what an expression can refer to: loop and let variables
 (`self.vars`) and buffer base pointers (`self.buffers`). Statement codegen
@@ -109,6 +109,13 @@ class ExprCodegen:
         return a, b
 
     def _Add(self, node):
+        if dtype_of(node.dtype).is_float:
+            product, addend = (node.a, node.b) if isinstance(node.a, tir.Mul) else (node.b, node.a)
+            if isinstance(product, tir.Mul) and product.dtype == node.dtype == addend.dtype:
+                # x * y + z may fuse into one FMA instruction (llvm.fmuladd lets LLVM decide)
+                factors = [self.expr(product.a), self.expr(product.b), self.expr(addend)]
+                factors[1] = self._match(factors[0], factors[1], product.b.dtype, product.a.dtype)
+                return emit_math_call(self.builder, "fmuladd", node.dtype, factors)
         a, b = self._binary(node)
         return self.builder.fadd(a, b) if dtype_of(node.dtype).is_float else self.builder.add(a, b)
 

@@ -1,4 +1,4 @@
-"""The LLVM target machine for a cpu_llvm Target: CPU name, features, optimisation level."""
+"""host.py: The LLVM target machine for a cpu_llvm Target: CPU name, features, optimisation level."""
 from __future__ import annotations
 
 import functools

@@ -1,4 +1,4 @@
-"""Tensor intrinsics of cpu_llvm: fp32 GEMM kernels with their te descriptions.
+"""intrinsics.py: tensor intrinsics of cpu_llvm: fp32 GEMM kernels with their te descriptions.
 
 - `sgemm_ukernel`: C[mr, nr] (+)= A[mr, K] @ B[K, nr], the register-blocked FMA
   micro-kernel (AVX-512: 8x32; AVX2: 6x16), K free.

@@ -1,4 +1,4 @@
-"""Math calls of tir (`Call(dtype, "exp", args)`) as LLVM intrinsics or libm functions.
+"""math_calls.py: math calls of tir (`Call(dtype, "exp", args)`) as LLVM intrinsics or libm functions.
 
 LLVM intrinsics (llvm.exp.v16f32, ...) are used where LLVM has one: the backend
 picks instructions or calls libm itself. Functions without an intrinsic (tanh, erf)

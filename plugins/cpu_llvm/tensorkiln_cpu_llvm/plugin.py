@@ -1,4 +1,4 @@
-"""Hook implementations of the cpu_llvm plugin (entry point tensorkiln.plugins: cpu_llvm)."""
+"""plugin.py: hook implementations of the cpu_llvm plugin (entry point tensorkiln.plugins: cpu_llvm)."""
 from tensorkiln.sdk import hookimpl
 
 from .target import CPU_LLVM

@@ -1,4 +1,4 @@
-"""The cpu_llvm runtime loader: object code -> MCJIT in this process, or -> a shared library.
+"""runtime.py: The cpu_llvm runtime loader: object code -> MCJIT in this process, or -> a shared library.
 
 `LLVMLoader.load(artifact, target)` adds the artifact's object code to an MCJIT
 engine (no second compile) after making libgomp, libm and the intrinsics'

@@ -1,4 +1,4 @@
-"""Schedules of cpu_llvm for dense / matmul (used by the operator library and benchmarks/gemm.py).
+"""schedules.py: schedules of cpu_llvm for dense / matmul (used by the operator library and benchmarks/gemm.py).
 
     A = te.placeholder((M, K)); B = te.placeholder((K, N))
     C = matmul_packed(A, B, target="llvm")        # packs B as Bp[N/nr, K, nr], then C = A @ B

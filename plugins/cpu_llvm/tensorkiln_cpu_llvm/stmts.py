@@ -1,4 +1,4 @@
-"""tir statements -> LLVM control flow: stores, loops (serial, unrolled, vectorized, parallel),
+"""stmts.py: tir statements -> LLVM control flow: stores, loops (serial, unrolled, vectorized, parallel),
 guards, allocations, lets and intrinsic calls.
 
 Parallel loops are outlined into a function `void body(void* closure)` run by

@@ -1,4 +1,4 @@
-"""The cpu_llvm TargetSpec: the validated manifest plus this plugin's emitter and loader."""
+"""target.py: The cpu_llvm TargetSpec: the validated manifest plus this plugin's emitter and loader."""
 from tensorkiln.sdk import TargetSpec, load_manifest
 
 from .emitter import LLVMEmitter

@@ -1,4 +1,4 @@
-"""fp32 GEMM kernels written with llvmlite's builder, exported as LLVM IR text for SourceImpl.
+"""ukernels.py: fp32 GEMM kernels written with llvmlite's builder, exported as LLVM IR text for SourceImpl.
 
 Both follow the intrinsic argument convention (tensorkiln.sdk.intrinsic_impl)::
 
@@ -191,8 +191,33 @@ def ukernel_source(tile: GemmTile, symbol: str | None = None, b_strides: int = 1
     return str(module)
 
 
+PACK_DEPTH = 256
+"""K block of tile_gemm: the packed kc x nr panel of B (32 KiB for 256 x 32 floats) stays in L1."""
+
+
+def _minimum(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", a, b), a, b)
+
+
+def _pack_panel(builder: ir.IRBuilder, tile: GemmTile, source: ir.Value, ldb: ir.Value, depth: ir.Value,
+                panel: ir.Value) -> None:
+    """panel[k, 0:nr] = source[k * ldb + 0:nr] for k < depth: a contiguous copy of a B panel."""
+    with for_range(builder, I64(0), depth, name="pack") as k:
+        for v in range(tile.vectors_per_row):
+            load_from = _vector_pointer(builder, source, builder.add(builder.mul(k, ldb), I64(v * tile.lanes)),
+                                        tile.lanes)
+            store_to = _vector_pointer(builder, panel, builder.add(builder.mul(k, I64(tile.nr)),
+                                                                   I64(v * tile.lanes)), tile.lanes)
+            builder.store(builder.load(load_from, align=4), store_to, align=64)
+
+
 def tile_gemm_source(tile: GemmTile, symbol: str = "tk_sgemm_tile", extent_order=("M", "N", "K")) -> str:
-    """LLVM IR text defining `symbol(A, B, C, lda, ldb, ldc, <M, N, K in extent_order>, accumulate)`."""
+    """LLVM IR text defining `symbol(A, B, C, lda, ldb, ldc, <M, N, K in extent_order>, accumulate)`.
+
+    For each K block of PACK_DEPTH and each full nr-wide column panel, B is copied to a
+    contiguous stack panel (no cache-set conflicts for large ldb), then every mr-row tile
+    of that panel runs the micro-kernel; ragged rows and columns run the masked kernel.
+    """
     module = _new_module(symbol)
     micro = _define_ukernel(module, tile, f"{symbol}.ukernel", linkage="internal")
     edge = _define_edge_kernel(module, tile, f"{symbol}.edge")
@@ -203,24 +228,35 @@ def tile_gemm_source(tile: GemmTile, symbol: str = "tk_sgemm_tile", extent_order
     for argument, label in zip(function.args, ("A", "B", "C", "lda", "ldb", "ldc", *extent_order, "accumulate")):
         argument.name = label
     builder = ir.IRBuilder(function.append_basic_block("entry"))
+    panel = alloca_in_entry(builder, F32, PACK_DEPTH * tile.nr, name="panel", align=64)
+    k_blocks = builder.sdiv(builder.add(k_extent, I64(PACK_DEPTH - 1)), I64(PACK_DEPTH))
     row_tiles = builder.sdiv(builder.add(m_extent, I64(tile.mr - 1)), I64(tile.mr))
     column_tiles = builder.sdiv(builder.add(n_extent, I64(tile.nr - 1)), I64(tile.nr))
-    with for_range(builder, I64(0), row_tiles, name="it") as it:
+    # K of zero still has to overwrite C when not accumulating: one empty block
+    k_blocks = builder.select(builder.icmp_signed("<", k_blocks, I64(1)), I64(1), k_blocks)
+    with for_range(builder, I64(0), k_blocks, name="kb") as kb:
+        k_start = builder.mul(kb, I64(PACK_DEPTH))
+        depth = builder.select(builder.icmp_signed(">", k_extent, k_start),
+                               _minimum(builder, I64(PACK_DEPTH), builder.sub(k_extent, k_start)), I64(0))
+        block_accumulates = builder.select(builder.icmp_signed(">", kb, I64(0)), I32(1), accumulate)
         with for_range(builder, I64(0), column_tiles, name="jt") as jt:
-            row, column = builder.mul(it, I64(tile.mr)), builder.mul(jt, I64(tile.nr))
-            a_tile = builder.gep(a, [builder.mul(row, lda)], inbounds=True)
-            b_tile = builder.gep(b, [column], inbounds=True)
-            c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
-            rows = builder.sub(m_extent, row)
-            rows = builder.select(builder.icmp_signed("<", rows, I64(tile.mr)), rows, I64(tile.mr))
-            columns = builder.sub(n_extent, column)
-            columns = builder.select(builder.icmp_signed("<", columns, I64(tile.nr)), columns, I64(tile.nr))
-            is_full = builder.and_(builder.icmp_signed("==", rows, I64(tile.mr)),
-                                   builder.icmp_signed("==", columns, I64(tile.nr)))
-            with builder.if_else(is_full, likely=True) as (then, otherwise):
-                with then:
-                    builder.call(micro, [a_tile, b_tile, c_tile, lda, ldb, ldc, k_extent, accumulate])
-                with otherwise:
-                    builder.call(edge, [a_tile, b_tile, c_tile, lda, ldb, ldc, rows, columns, k_extent, accumulate])
+            column = builder.mul(jt, I64(tile.nr))
+            columns = _minimum(builder, I64(tile.nr), builder.sub(n_extent, column))
+            b_block = builder.gep(b, [builder.add(builder.mul(k_start, ldb), column)], inbounds=True)
+            is_full_width = builder.icmp_signed("==", columns, I64(tile.nr))
+            with builder.if_then(is_full_width, likely=True):
+                _pack_panel(builder, tile, b_block, ldb, depth, panel)
+            with for_range(builder, I64(0), row_tiles, name="it") as it:
+                row = builder.mul(it, I64(tile.mr))
+                rows = _minimum(builder, I64(tile.mr), builder.sub(m_extent, row))
+                a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
+                c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
+                is_full = builder.and_(is_full_width, builder.icmp_signed("==", rows, I64(tile.mr)))
+                with builder.if_else(is_full, likely=True) as (then, otherwise):
+                    with then:
+                        builder.call(micro, [a_tile, panel, c_tile, lda, I64(tile.nr), ldc, depth, block_accumulates])
+                    with otherwise:
+                        builder.call(edge, [a_tile, b_block, c_tile, lda, ldb, ldc, rows, columns, depth,
+                                            block_accumulates])
     builder.ret_void()
     return str(module)

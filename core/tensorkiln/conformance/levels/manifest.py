@@ -181,6 +181,10 @@ def checks(target: Any, options: KitOptions) -> list[Check]:
         ("options", "target option defaults have their declared types and choices", _options_defaults, True),
     ]
     found = [Check(f"manifest/{name}", "manifest", required, text, fn) for name, text, fn, required in table]
+    if not target.manifest.plugin.available:
+        reason = f"the manifest says available = false: {target.manifest.plugin.unavailable_reason}"
+        found = [Check(c.id, c.level, c.required, c.description, skip_reason=reason) if c.id == "manifest/available"
+                 else c for c in found]
     if "tensorize" in target.capabilities.schedule_primitives:
         found.append(Check("manifest/tensorize_claim", "manifest", True, "'tensorize' comes with registered intrinsics",
                            _tensorize_claim))

@@ -1,26 +1,36 @@
-"""ops/nn/conv2d.py: NCHW conv2d (strides, padding, dilation, groups, depthwise) and
-conv2d_transpose.
+"""ops/nn/conv2d.py: conv2d in every layout nn.conv2d accepts (data NCHW or NHWC; weight
+OIHW, HWIO or OHWI), with strides, padding, dilation, groups and depthwise; and
+conv2d_transpose (NCHW / IOHW).
 
-    conv2d:  pad (tag "injective.pad", inlined or computed at the conv's tile)
-             -> conv (tag "conv2d_nchw" / "group_conv2d_nchw" / "depthwise_conv2d_nchw")
+    conv2d:  pad (tag "injective.pad", materialized by the schedule)
+             -> conv (tag "conv2d_nchw" / "group_conv2d_nchw" / "depthwise_conv2d_nchw" for NCHW
+                      data, "conv2d_nhwc" for NHWC data, whatever the weight layout)
     float16 accumulates in float32 and a cast stage (tag "elemwise") follows, as the
     numpy reference does.
+
+The NHWC compute reduces over (ry, rx, rc) and the NCHW one over (rc, ry, rx): the
+schedules in ops/schedule/anchors.py rely on that order.
 """
 from __future__ import annotations
 
 from .. import tags
 from ... import te
+from ...ir.errors import UnsupportedOpError
 from ...tir import nodes as n
 from .._common import accumulate_dtype, const_like, select
+from ._accumulate import multiply_sum
 
-__all__ = ["pad_nchw", "conv2d_nchw", "conv2d", "conv2d_transpose_nchw", "conv2d_transpose"]
+__all__ = ["pad_nchw", "pad_spatial", "conv2d_nchw", "conv2d_nhwc", "conv2d_layout", "conv2d",
+           "conv2d_transpose_nchw", "conv2d_transpose", "DATA_LAYOUTS", "KERNEL_LAYOUTS"]
 
 PAD_TAG = "injective.pad"
+DATA_LAYOUTS = ("NCHW", "NHWC")
+KERNEL_LAYOUTS = ("OIHW", "HWIO", "OHWI")
 
 
-def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], name: str = "T_pad_data",
-             value=0, extra: tuple[int, int] = (0, 0)) -> te.Tensor:
-    """Zero-pad (or `value`-pad) H and W of NCHW `data`; padding is (top, left, bottom, right).
+def pad_spatial(data: te.Tensor, padding: tuple[int, int, int, int], layout: str = "NCHW",
+                name: str = "T_pad_data", value=0, extra: tuple[int, int] = (0, 0)) -> te.Tensor:
+    """Zero-pad (or `value`-pad) the H and W axes of `data` in `layout`; padding is (top, left, bottom, right).
 
     `extra` adds rows/columns at the bottom/right (pooling's ceil_mode). No padding: `data` itself.
     """
@@ -28,10 +38,12 @@ def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], name: str = "T
     bottom, right = bottom + extra[0], right + extra[1]
     if not any((top, left, bottom, right)):
         return data
-    batch, channels, height, width = data.shape
+    h_axis, w_axis = layout.index("H"), layout.index("W")
+    height, width = data.shape[h_axis], data.shape[w_axis]
     fill = const_like(value, data.dtype) if not isinstance(value, n.PrimExpr) else value
 
-    def body(b, c, y, x):
+    def body(*index):
+        y, x = index[h_axis], index[w_axis]
         checks = []
         if top:
             checks.append(y >= top)
@@ -44,55 +56,114 @@ def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], name: str = "T
         inside = checks[0]
         for check in checks[1:]:
             inside = n.And(inside, check)
-        yy = te.min(te.max(y - top, 0), height - 1) if (top or bottom) else y
-        xx = te.min(te.max(x - left, 0), width - 1) if (left or right) else x
-        return select(inside, data[b, c, yy, xx], fill)
-    shape = (batch, channels, height + top + bottom, width + left + right)
-    return te.compute(shape, body, name=name, tag=PAD_TAG)
+        source = list(index)
+        source[h_axis] = te.min(te.max(y - top, 0), height - 1) if (top or bottom) else y
+        source[w_axis] = te.min(te.max(x - left, 0), width - 1) if (left or right) else x
+        return select(inside, data[tuple(source)], fill)
+    shape = list(data.shape)
+    shape[h_axis] = height + top + bottom
+    shape[w_axis] = width + left + right
+    return te.compute(tuple(shape), body, name=name, tag=PAD_TAG)
 
 
-def conv2d_nchw(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                groups: int = 1, out_dtype: str | None = None) -> te.Tensor:
-    """out[b, o, y, x] = sum_{c, ry, rx} pad(data)[b, g*C/G + c, y*sh + ry*dh, x*sw + rx*dw] * w[o, c, ry, rx].
+def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], name: str = "T_pad_data",
+             value=0, extra: tuple[int, int] = (0, 0)) -> te.Tensor:
+    """`pad_spatial` of NCHW data (pooling and the NCHW conv use it)."""
+    return pad_spatial(data, padding, "NCHW", name=name, value=value, extra=extra)
 
-    `g = o // (O/G)` is o's group; depthwise is groups == C == O. Tagged by kind:
-    conv2d_nchw (groups 1), depthwise_conv2d_nchw, group_conv2d_nchw.
+
+def _reader(tensor: te.Tensor, layout: str, logical: str):
+    """read(*logical_index) -> tensor[index in `layout`]: read("NCHW" indices) of an NHWC tensor."""
+    order = [logical.index(axis) for axis in layout]
+    return lambda *index: tensor[tuple(index[p] for p in order)]
+
+
+def _check_layouts(data_layout: str, kernel_layout: str) -> None:
+    if data_layout not in DATA_LAYOUTS or kernel_layout not in KERNEL_LAYOUTS:
+        raise UnsupportedOpError(
+            f"nn.conv2d: data layout {data_layout!r} with kernel layout {kernel_layout!r} has no te compute; "
+            f"data must be one of {DATA_LAYOUTS} and the weight one of {KERNEL_LAYOUTS} "
+            "(insert a layout_transform before the conv)")
+
+
+def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                  groups: int = 1, data_layout: str = "NCHW", kernel_layout: str = "OIHW",
+                  out_dtype: str | None = None) -> te.Tensor:
+    """conv2d of `data` in `data_layout` with `weight` in `kernel_layout`; the output is in `data_layout`.
+
+    out[b, o, y, x] = sum_{c, ry, rx} pad(data)[b, g*C/G + c, y*sh + ry*dh, x*sw + rx*dw] * w[o, c, ry, rx]
+    (indices written NCHW / OIHW; each tensor is read in its own layout). `g = o // (O/G)` is
+    o's group; depthwise is groups == C == O.
     """
-    batch, channels, height, width = data.shape
-    out_channels, group_channels, kernel_h, kernel_w = weight.shape
+    _check_layouts(data_layout, kernel_layout)
+    logical_data = dict(zip(data_layout, data.shape))
+    logical_weight = dict(zip(kernel_layout, weight.shape))
+    batch, channels, height, width = (logical_data[a] for a in "NCHW")
+    out_channels, group_channels, kernel_h, kernel_w = (logical_weight[a] for a in "OIHW")
     (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
     top, left, bottom, right = padding
     out_h = (height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1
     out_w = (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1
     accumulate = out_dtype or accumulate_dtype(data.dtype)
-    padded = pad_nchw(data, padding)
+    padded = _reader(pad_spatial(data, padding, data_layout), data_layout, "NCHW")
+    read_weight = _reader(weight, kernel_layout, "OIHW")
     rc = te.reduce_axis((0, group_channels), name="rc")
     ry = te.reduce_axis((0, kernel_h), name="ry")
     rx = te.reduce_axis((0, kernel_w), name="rx")
     per_group_out = out_channels // groups
-    if groups == 1:
+    is_nhwc = data_layout == "NHWC"
+    if is_nhwc:
+        tag = tags.CONV2D_NHWC
+    elif groups == 1:
         tag = tags.CONV2D_NCHW
     elif groups == channels and out_channels == channels:
         tag = tags.DEPTHWISE_CONV2D_NCHW
     else:
         tag = tags.GROUP_CONV2D_NCHW
 
-    def body(b, o, y, x):
-        channel = rc if groups == 1 else (o // per_group_out) * group_channels + rc
-        value = padded[b, channel, y * stride_h + ry * dil_h, x * stride_w + rx * dil_w]
-        return te.sum(te.cast(value, accumulate) * te.cast(weight[o, rc, ry, rx], accumulate), axis=[rc, ry, rx])
-    conv = te.compute((batch, out_channels, out_h, out_w), body, name="T_conv2d", tag=tag,
-                      attrs={"strides": tuple(strides), "dilation": tuple(dilation), "groups": groups})
+    def value(b, o, y, x):
+        if groups == 1:
+            channel = rc
+        elif group_channels == 1:
+            channel = o // per_group_out  # depthwise (multiplier per_group_out): no rc term to simplify away
+        else:
+            channel = (o // per_group_out) * group_channels + rc
+        data_value = padded(b, channel, y * stride_h + ry * dil_h, x * stride_w + rx * dil_w)
+        return te.cast(data_value, accumulate) * te.cast(read_weight(o, rc, ry, rx), accumulate)
+
+    if is_nhwc:
+        shape = (batch, out_h, out_w, out_channels)
+        body = lambda b, y, x, o: multiply_sum(value(b, o, y, x), axis=[ry, rx, rc])  # noqa: E731
+    else:
+        shape = (batch, out_channels, out_h, out_w)
+        body = lambda b, o, y, x: multiply_sum(value(b, o, y, x), axis=[rc, ry, rx])  # noqa: E731
+    conv = te.compute(shape, body, name="T_conv2d", tag=tag,
+                      attrs={"strides": tuple(strides), "dilation": tuple(dilation), "groups": groups,
+                             "data_layout": data_layout, "kernel_layout": kernel_layout})
     if out_dtype is None and accumulate != data.dtype:
         return te.compute(conv.shape, lambda *i: te.cast(conv[i], data.dtype), name="T_conv2d_cast",
                           tag=tags.ELEMWISE)
     return conv
 
 
+def conv2d_nchw(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                groups: int = 1, out_dtype: str | None = None) -> te.Tensor:
+    """NCHW data, OIHW weight (see `conv2d_layout`). Tagged by kind: conv2d_nchw (groups 1),
+    depthwise_conv2d_nchw, group_conv2d_nchw."""
+    return conv2d_layout(data, weight, strides, padding, dilation, groups, "NCHW", "OIHW", out_dtype)
+
+
+def conv2d_nhwc(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                groups: int = 1, kernel_layout: str = "HWIO", out_dtype: str | None = None) -> te.Tensor:
+    """NHWC data, HWIO (or OHWI, OIHW) weight, NHWC output (see `conv2d_layout`); tag conv2d_nhwc."""
+    return conv2d_layout(data, weight, strides, padding, dilation, groups, "NHWC", kernel_layout, out_dtype)
+
+
 def conv2d(inputs, attrs, out_type):
-    """Registry compute of nn.conv2d (Conv2DAttrs)."""
+    """Registry compute of nn.conv2d (Conv2DAttrs): every data / kernel layout pair the op accepts."""
     data, weight = inputs
-    return conv2d_nchw(data, weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups)
+    return conv2d_layout(data, weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
+                         attrs.data_layout, attrs.kernel_layout)
 
 
 def conv2d_transpose_nchw(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0),

@@ -19,7 +19,7 @@ from .. import tags
 from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, schedule_injective_stage,
                      schedule_reduce_stage, vector_lanes)
 
-__all__ = ["apply_conv2d", "apply_dense", "apply_pool", "apply_softmax", "apply_norm", "apply_reduce",
+__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm", "apply_reduce",
            "accumulator"]
 
 OUTPUT_CHANNEL_BLOCK = 4
@@ -79,8 +79,71 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -
         stage.vectorize(x)
 
 
+NHWC_MAX_ACCUMULATORS = 24
+"""Vector registers the NHWC register tile may hold as accumulators (AVX-512 has 32)."""
+NHWC_MAX_TILE_WIDTH = 14
+
+
+def _nhwc_tile(out_width: int, out_channels: int, lanes: int) -> tuple[int, int]:
+    """(output positions, output channels) of the NHWC register tile.
+
+    Channels: two vectors when they divide the channels, else one (or the largest divisor
+    of the channels below a vector). Positions: the largest divisor of the output width
+    that keeps the accumulators within NHWC_MAX_ACCUMULATORS vectors, so no tile has a tail.
+    """
+    vectors = 2 if out_channels % (2 * lanes) == 0 else 1
+    channel_block = lanes * vectors if out_channels % lanes == 0 else divisor_at_most(out_channels, lanes)
+    width_limit = min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS // vectors)
+    return divisor_at_most(out_width, width_limit), channel_block
+
+
+def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """NHWC conv: register tiles of (output positions x output-channel vectors), epilogue on the tile.
+
+        for batch: parallel for (channel block, row):       <- the weight block stays in cache
+          for width block:
+            acc[positions][channels] = 0                         (local: registers)
+            for ry, rx, rc:                                      reduction outside the tile
+              for position (unrolled): acc[position][:] += data[.., rc] (broadcast) * w[ry, rx, rc, :]
+            for position: out[b, y, x, :] = epilogue(acc[position][:])   (vectorized over channels)
+
+    The padded input is materialized first (its rows then need no bounds checks).
+    """
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            schedule_injective_stage(s, producer, target)
+    acc, output = accumulator(s, anchor, output)
+    if not _same_shape(acc, output):
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    batch, row, column, channel = out.op.axis
+    _, _, out_width, out_channels = (int(d) for d in output.shape)
+    width_block, channel_block = _nhwc_tile(out_width, out_channels, vector_lanes(target, acc.dtype))
+    channel_outer, channel_inner = out.split(channel, factor=channel_block)
+    width_outer, width_inner = out.split(column, factor=width_block)
+    out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
+    # batch stays a serial loop: fused into the parallel loop, the channel block would be
+    # recovered through a modulo, which bound inference relaxes to every channel
+    _parallel(out, out.fuse(channel_outer, row), target)
+    if channel_block > 1:
+        out.vectorize(channel_inner)
+    s[acc].compute_at(out, width_outer)
+    stage = s[acc]
+    b, y, x, o = stage.op.axis
+    ry, rx, rc = stage.op.reduce_axis
+    stage.reorder(b, y, ry, rx, rc, x, o)
+    stage.unroll(x)
+    if channel_block > 1:
+        stage.vectorize(o)
+
+
 def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
     """dense / batch_matmul: (row block x column vector) tiles, batch and row blocks parallel."""
+    if (anchor.op.attrs or {}).get("split"):
+        _apply_dense_split(s, anchor, output, target)
+        return
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "dense_pack" and producer.op in s.stage_map:
             schedule_injective_stage(s, producer, target)
@@ -115,6 +178,39 @@ def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) ->
         stage.unroll(data_axes[-2])
     if column_block > 1:
         stage.vectorize(data_axes[-1])
+
+
+DENSE_SPLIT_ROWS = 8
+"""Weight rows one tile of the batch-1 dense streams at once (one vector accumulator each)."""
+
+
+def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+    """Batch-1 dense (T_dense_partial -> T_dense, see ops/nn/dense.py): parallel over blocks of
+    outputs; per block, the partial sums of DENSE_SPLIT_ROWS weight rows accumulate in vectors
+    while the rows stream once from memory, then each row's lanes are added and the epilogue
+    applied.
+
+        parallel for j.outer:
+          for ko: for j (unrolled): partial[j][:] = fma(data[ko, :], weight[j, ko, :], partial[j][:])
+          for j: acc[j] = sum(partial[j][:]);  out[j] = epilogue(acc[j])
+    """
+    (partial,) = [t for t in anchor.op.input_tensors if t.op.tag == "dense_partial"]
+    acc, output = accumulator(s, anchor, output)
+    out = s[output]
+    axes = list(out.op.axis)
+    units = int(output.shape[-1])
+    block = divisor_at_most(units, DENSE_SPLIT_ROWS)
+    outer, inner = out.split(axes[-1], factor=block)
+    # batch axes (all of extent 1) stay serial outside: fused, bound inference would relax them
+    _parallel(out, outer, target)
+    s[partial].compute_at(out, outer)
+    s[acc].compute_at(out, outer)
+    stage = s[partial]
+    *leading, row, lane = stage.op.axis
+    (ko,) = stage.op.reduce_axis
+    stage.reorder(*leading, ko, row, lane)
+    stage.unroll(row)
+    stage.vectorize(lane)
 
 
 def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
@@ -247,6 +343,7 @@ def _parallel_if_large(stage, axis, output, target) -> None:
 ANCHOR_SCHEDULES = {
     tags.CONV2D_NCHW: apply_conv2d, tags.DEPTHWISE_CONV2D_NCHW: apply_conv2d,
     tags.GROUP_CONV2D_NCHW: apply_conv2d, tags.CONV2D_TRANSPOSE_NCHW: apply_conv2d,
+    tags.CONV2D_NHWC: apply_conv2d_nhwc,
     tags.DENSE: apply_dense, tags.BATCH_MATMUL: apply_dense,
     tags.POOL: apply_pool,
     tags.SOFTMAX: apply_softmax, tags.LOG_SOFTMAX: apply_softmax,

@@ -93,7 +93,7 @@ def schedule_fused(outputs, target) -> te.Schedule:
 def _kept_producers(anchor: te.Tensor) -> list[te.Tensor]:
     """Producers the anchor schedule keeps as stages (padded inputs, packed weights)."""
     keep_tags = {"injective.pad", "dense_pack"}
-    if anchor.op.tag not in (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW,
+    if anchor.op.tag not in (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.CONV2D_NHWC,
                              tags.DENSE, tags.BATCH_MATMUL, tags.POOL):
         return []
     return [t for t in anchor.op.input_tensors if t.op.tag in keep_tags]

@@ -27,7 +27,7 @@ from typing import Sequence
 
 from ... import te
 from .. import tags
-from .common import as_outputs, divisor_at_most, extent_of, fuse_all, inline_injective, resolve_target, vector_lanes
+from .common import as_outputs, divisor_at_most, extent_of, fuse_all, resolve_target, vector_lanes
 from .fused import find_anchor
 
 __all__ = ["schedule_gpu", "has_threads", "threads_per_block", "MATMUL_TILE"]
@@ -36,7 +36,9 @@ DEFAULT_BLOCK = 256
 MATMUL_TILE = 8
 CONV_CHANNEL_BLOCK = 4
 ROWS_PER_THREAD_MIN = 64
-"""Row mode (one thread per row of softmax / norm) needs at least this many rows."""
+RECOMPUTE_ROW_MAX = 64
+"""Row mode (one thread per row of softmax / norm) unless there are fewer than ROWS_PER_THREAD_MIN rows
+of at most RECOMPUTE_ROW_MAX elements: then one thread per element, each recomputing its row's statistics."""
 
 _CONV_TAGS = (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.CONV2D_TRANSPOSE_NCHW)
 _MATMUL_TAGS = (tags.DENSE, tags.BATCH_MATMUL)
@@ -67,7 +69,7 @@ def schedule_gpu(outputs, target) -> te.Schedule:
     outputs = as_outputs(outputs)
     target = resolve_target(target)
     s = te.create_schedule([t.op for t in outputs])
-    inline_injective(s)
+    _inline_non_reductions(s)
     needs = {id(out.op): _stages_needed(s, out) for out in outputs}
     if not _threads_can_split(s, outputs, needs):
         return s  # one work-item runs the whole group in order
@@ -79,6 +81,14 @@ def schedule_gpu(outputs, target) -> te.Schedule:
         else:
             _schedule_elementwise(s, out, intermediates, target)
     return s
+
+
+def _inline_non_reductions(s: te.Schedule) -> None:
+    """Inline every intermediate that is not a reduction (injective stages, padding, packed weights):
+    a thread computes what it reads, so nothing but reductions needs a buffer."""
+    for stage in s.stages:
+        if not stage.is_output and not isinstance(stage.op.body, te.Reduce):
+            stage.compute_inline()
 
 
 # ---- which stages each output needs ---------------------------------------------------------
@@ -198,8 +208,11 @@ def _rows(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> boo
     rows = 1
     for axis in outer:
         rows *= extent_of(axis) or 1
-    if rows < ROWS_PER_THREAD_MIN:
-        return False
+    row_length = 1
+    for axis in list(stage.op.axis)[rank:]:
+        row_length *= extent_of(axis) or 1
+    if rows < ROWS_PER_THREAD_MIN and row_length <= RECOMPUTE_ROW_MAX:
+        return False  # few short rows: one thread per element, recomputing its row statistics
     thread = _bind_flat(stage, outer, target)
     _attach(s, intermediates, stage, thread)
     return True

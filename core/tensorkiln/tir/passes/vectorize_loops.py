@@ -74,14 +74,14 @@ class _Vectorizer:
         if isinstance(e, (n.Var, n.IntImm, n.FloatImm, n.StringImm)):
             return e
         if isinstance(e, n.Load):
-            if e.predicate is not None:
-                raise _CannotVectorize
             index = self.expr(e.index)
-            if index.lanes == 1:
-                return e if index is e.index else n.Load(e.buffer, index)
-            if not self._contiguous(index):
+            predicate = None if e.predicate is None else self.expr(e.predicate)
+            if index.lanes == 1 and (predicate is None or predicate.lanes == 1):
+                return e if index is e.index and predicate is e.predicate else n.Load(e.buffer, index, predicate)
+            if index.lanes == 1 or not self._contiguous(index):
                 raise _CannotVectorize
-            return n.Load(e.buffer, index)
+            # a predicated contiguous load becomes a masked vector load
+            return n.Load(e.buffer, index, None if predicate is None else self.broadcast(predicate))
         if isinstance(e, n.BinaryOp):
             a, b = self.expr(e.a), self.expr(e.b)
             if a.lanes == 1 and b.lanes == 1:
@@ -96,13 +96,11 @@ class _Vectorizer:
                         return n.Ramp(n.Mul(x.base, y), n.Mul(x.stride, y), x.lanes_count)
             return type(e)(self.broadcast(a), self.broadcast(b))
         if isinstance(e, n.Select):
+            # a Select evaluates both branches anyway (tir.Select), so lane-wise is as safe
+            # as the scalar loop: loads a condition guards carry it as their predicate
             c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
             if c.lanes == 1 and t.lanes == 1 and f.lanes == 1:
                 return n.Select(c, t, f)
-            if c.lanes > 1 and (_has_load(t) or _has_load(f)):
-                # a lane-wise select would load every lane, also those the condition
-                # guards (padding reads out of bounds): keep the scalar loop
-                raise _CannotVectorize
             return n.Select(self.broadcast(c), self.broadcast(t), self.broadcast(f))
         if isinstance(e, n.Cast):
             v = self.expr(e.value)
@@ -141,10 +139,3 @@ def _ramp_arith(op, a, b):
 def _with_lanes(dtype: str, lanes: int) -> str:
     from ...ir.dtypes import with_lanes
     return with_lanes(dtype, lanes)
-
-
-def _has_load(e) -> bool:
-    from ..visit import post_order_visit
-    found = []
-    post_order_visit(e, lambda x: found.append(x) if isinstance(x, n.Load) else None)
-    return bool(found)

@@ -1,0 +1,175 @@
+"""The fast CPU schedule paths, checked for correctness only (timings live in benchmarks/conv2d.py):
+
+- conv2d in every layout nn.conv2d accepts, NHWC register tiles (output positions x
+  output-channel vectors) with fused bias / relu / residual epilogues, at shapes the
+  tiles do not divide, stride 2, padding, dilation, groups, depthwise and 1x1;
+- the batch-1 dense as vectorized partial sums over K (T_dense_partial), with epilogue;
+- a small CNN compiled with NHWC preferred (what alter_layout does for cpu_llvm) and
+  with NCHW kept, against the graph's numpy reference.
+"""
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph, te
+from tensorkiln.graph import get_op
+from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
+from tensorkiln.graph.types import TensorType
+from tensorkiln.ir.errors import UnsupportedOpError
+from tensorkiln.ops import tags
+from tensorkiln.ops.nn.conv2d import conv2d_layout
+from tensorkiln.ops.nn.dense import dense
+from tensorkiln.ops.schedule import schedule_fused
+from tensorkiln.passes import PassContext
+
+from .harness import LLVM, llvm_available, run_schedule
+
+pytestmark = pytest.mark.skipif(not llvm_available(), reason="llvm codegen not available")
+
+RNG = np.random.default_rng(7)
+
+
+def _random(*shape):
+    return RNG.uniform(-1, 1, size=shape).astype("float32")
+
+
+def _to_layout(array, logical, layout):
+    return np.ascontiguousarray(array.transpose([logical.index(axis) for axis in layout]))
+
+
+# (data NCHW shape, weight OIHW shape, Conv2DAttrs keywords)
+CONV_SHAPES = [
+    ((1, 16, 13, 13), (32, 16, 3, 3), dict(padding=(1, 1, 1, 1))),                     # width 13: 13-wide tile
+    ((1, 8, 17, 11), (24, 8, 3, 3), dict(strides=(2, 2), padding=(1, 1, 1, 1))),       # 24 channels, stride 2
+    ((1, 32, 9, 9), (48, 32, 1, 1), dict()),                                           # 1x1
+    ((1, 64, 14, 14), (96, 64, 1, 1), dict(strides=(2, 2))),                           # 1x1 stride 2
+    ((2, 3, 23, 23), (10, 3, 7, 7), dict(strides=(2, 2), padding=(3, 3, 2, 2))),       # batch 2, 10 channels
+    ((1, 12, 10, 10), (12, 4, 3, 3), dict(padding=(1, 1, 1, 1), groups=3)),            # groups
+    ((1, 32, 15, 15), (32, 1, 3, 3), dict(strides=(2, 2), padding=(1, 1, 1, 1), groups=32)),  # depthwise
+    ((1, 16, 12, 12), (32, 16, 3, 3), dict(padding=(2, 2, 2, 2), dilation=(2, 2))),
+]
+
+
+def _conv_epilogue_group(data_shape, weight_shape, keywords, attrs, residual: bool):
+    """relu(conv2d(x, w) + bias) (+ residual) through the registry computes, in attrs' layouts."""
+    op = get_op("nn.conv2d")
+    logical_out = op.type_rule((TensorType(data_shape, "float32"), TensorType(weight_shape, "float32")),
+                               Conv2DAttrs(**keywords)).shape
+    x = te.placeholder(_shape_in(data_shape, "NCHW", attrs.data_layout), "float32", name="x")
+    w = te.placeholder(_shape_in(weight_shape, "OIHW", attrs.kernel_layout), "float32", name="w")
+    b = te.placeholder((weight_shape[0],), "float32", name="b")
+    out_shape = _shape_in(logical_out, "NCHW", attrs.data_layout)
+    out_type = TensorType(out_shape, "float32")
+    conv = op.compute([x, w], attrs, out_type)
+    axis = attrs.data_layout.index("C")
+    out = get_op("nn.relu").compute([get_op("nn.bias_add").compute([conv, b], BiasAddAttrs(axis=axis), out_type)],
+                                    None, out_type)
+    inputs = [x, w, b]
+    if residual:
+        r = te.placeholder(out_shape, "float32", name="r")
+        out = get_op("add").compute([out, r], None, out_type)
+        inputs.append(r)
+    return inputs, out, conv
+
+
+def _shape_in(shape, logical, layout):
+    return tuple(shape[logical.index(axis)] for axis in layout)
+
+
+@pytest.mark.parametrize("data_layout, kernel_layout", [("NHWC", "HWIO"), ("NHWC", "OHWI"), ("NHWC", "OIHW"),
+                                                        ("NCHW", "HWIO"), ("NCHW", "OHWI")])
+@pytest.mark.parametrize("data_shape, weight_shape, keywords", CONV_SHAPES, ids=[str(s[:2]) for s in CONV_SHAPES])
+def test_conv2d_in_every_layout_with_epilogue_matches_the_reference(data_layout, kernel_layout, data_shape,
+                                                                       weight_shape, keywords):
+    attrs = Conv2DAttrs(**keywords, data_layout=data_layout, kernel_layout=kernel_layout)
+    residual = data_shape[0] == 1
+    inputs, out, conv = _conv_epilogue_group(data_shape, weight_shape, keywords, attrs, residual)
+    assert conv.op.tag == (tags.CONV2D_NHWC if data_layout == "NHWC" else conv.op.tag)
+    x, w, b = _random(*data_shape), _random(*weight_shape), _random(weight_shape[0])
+    arrays = [_to_layout(x, "NCHW", data_layout), _to_layout(w, "OIHW", kernel_layout), b]
+    reference = get_op("nn.conv2d").reference(x, w, Conv2DAttrs(**keywords))
+    expected = np.maximum(reference + b[None, :, None, None], 0)
+    if residual:
+        r = _random(*expected.shape)
+        arrays.append(_to_layout(r, "NCHW", data_layout))
+        expected = expected + r
+    (got,) = run_schedule(schedule_fused([out], LLVM), inputs, [out], arrays, "llvm")
+    np.testing.assert_allclose(got, _to_layout(expected, "NCHW", data_layout), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("data_shape, weight_shape, keywords", CONV_SHAPES[:3], ids=[str(s[:2]) for s in CONV_SHAPES[:3]])
+def test_nhwc_conv2d_alone_accumulates_in_a_local_tile(data_shape, weight_shape, keywords):
+    attrs = Conv2DAttrs(**keywords, data_layout="NHWC", kernel_layout="HWIO")
+    x = te.placeholder(_shape_in(data_shape, "NCHW", "NHWC"), "float32", name="x")
+    w = te.placeholder(_shape_in(weight_shape, "OIHW", "HWIO"), "float32", name="w")
+    logical = get_op("nn.conv2d").type_rule((TensorType(data_shape, "float32"), TensorType(weight_shape, "float32")),
+                                            Conv2DAttrs(**keywords)).shape
+    conv = get_op("nn.conv2d").compute([x, w], attrs, TensorType(_shape_in(logical, "NCHW", "NHWC"), "float32"))
+    s = schedule_fused([conv], LLVM)
+    assert any(stage.scope == "local" for stage in s.stages)
+    xs, ws = _random(*data_shape), _random(*weight_shape)
+    (got,) = run_schedule(s, [x, w], [conv], [_to_layout(xs, "NCHW", "NHWC"), _to_layout(ws, "OIHW", "HWIO")], "llvm")
+    expected = get_op("nn.conv2d").reference(xs, ws, Conv2DAttrs(**keywords))
+    np.testing.assert_allclose(got, _to_layout(expected, "NCHW", "NHWC"), rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_compute_names_a_layout_it_has_no_compute_for():
+    x = te.placeholder((1, 1, 4, 4, 8), "float32", name="x")
+    w = te.placeholder((8, 8, 3, 3), "float32", name="w")
+    with pytest.raises(UnsupportedOpError, match=r"nn.conv2d: data layout 'NCHW8c' with kernel layout 'OIHW'"):
+        conv2d_layout(x, w, data_layout="NCHW8c")
+
+
+@pytest.mark.parametrize("rows, reduction, units", [(1, 64, 24), (1, 30, 7), (1, 31, 9), (1, 1000, 10),
+                                                    (1, 4096, 40), (3, 40, 24)])
+def test_dense_with_bias_relu_matches_numpy(rows, reduction, units):
+    x = te.placeholder((rows, reduction), "float32", name="x")
+    w = te.placeholder((units, reduction), "float32", name="w")
+    b = te.placeholder((units,), "float32", name="b")
+    d = dense(x, w)
+    split = (d.op.attrs or {}).get("split", 1)
+    # one row: partial sums over K (31 is prime: no vector split, the plain reduction)
+    assert (split > 1) == (rows == 1 and reduction != 31)
+    out = te.compute(d.shape, lambda i, j: te.max(d[i, j] + b[j], te.const(0.0, "float32")), name="relu",
+                     tag=tags.ELEMWISE)
+    xs, ws, bs = _random(rows, reduction), _random(units, reduction), _random(units)
+    (fused,) = run_schedule(schedule_fused([out], LLVM), [x, w, b], [out], [xs, ws, bs], "llvm")
+    np.testing.assert_allclose(fused, np.maximum(xs @ ws.T + bs, 0), rtol=1e-4, atol=1e-4)
+    (alone,) = run_schedule(schedule_fused([d], LLVM), [x, w], [d], [xs, ws], "llvm")
+    np.testing.assert_allclose(alone, xs @ ws.T, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_one_dense_on_three_dimensional_data():
+    x = te.placeholder((1, 1, 48), "float32", name="x")
+    w = te.placeholder((20, 48), "float32", name="w")
+    d = dense(x, w)
+    xs, ws = _random(1, 1, 48), _random(20, 48)
+    (got,) = run_schedule(schedule_fused([d], LLVM), [x, w], [d], [xs, ws], "llvm")
+    np.testing.assert_allclose(got, xs @ ws.T, rtol=1e-4, atol=1e-5)
+
+
+def _small_cnn():
+    """conv-bn-relu (stride 2), depthwise, 1x1 with a residual add, max pool, dense: NHWC region boundaries."""
+    def const(*shape):
+        return graph.const(RNG.uniform(-0.5, 0.5, size=shape).astype("float32"))
+    x = graph.var("x", shape=(1, 3, 19, 19))
+    y = graph.nn.conv2d(x, const(16, 3, 3, 3), strides=2, padding=1)
+    y = graph.nn.relu(graph.nn.batch_norm(y, const(16) + graph.const(1.0), const(16), const(16),
+                                          const(16) + graph.const(1.0), epsilon=1e-3))
+    z = graph.nn.relu(graph.nn.conv2d(y, const(16, 1, 3, 3), padding=1, groups=16))
+    z = graph.nn.relu(graph.nn.bias_add(graph.nn.conv2d(z, const(16, 16, 1, 1)), const(16)) + y)
+    z = graph.nn.max_pool2d(z, pool_size=2, strides=2)
+    z = graph.nn.relu(graph.nn.conv2d(z, const(24, 16, 3, 3), padding=1))
+    z = graph.reshape(z, (1, 24 * 5 * 5))
+    return x, graph.Module.from_expr(graph.nn.dense(z, const(10, 24 * 5 * 5)))
+
+
+@pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
+def test_small_cnn_compiled_with_a_preferred_layout_matches_the_reference(layout):
+    x, mod = _small_cnn()
+    data = RNG.uniform(0, 1, size=(1, 3, 19, 19)).astype("float32")
+    context = PassContext(opt_level=3, config={"alter_layout": {"nn.conv2d": layout}})
+    lib = tk.compile(mod, "cpu_llvm", context=context)
+    transforms = sum("layout_transform" in step.ops for step in lib.plan.steps)
+    assert (transforms > 0) == (layout == "NHWC")
+    np.testing.assert_allclose(lib(data), graph.evaluate(mod, {"x": data}), rtol=1e-4, atol=1e-5)
