@@ -8,6 +8,8 @@ from pathlib import Path
 from .c_source import CSourceEmitter, LaunchGeometry, launch_geometry, parse_thread_tag
 from .codegen import Artifact, Emitter, KernelFunction, KernelSignature, LoadedModule, ParamSpec, RuntimeLoader, signature_of
 from .hookspecs import hookimpl, hookspec
+from .intrinsic_impl import ExternImpl, IntrinsicImpl, SourceImpl, implementation_for
+from .native import NativeKernel, NativeModule, TKArg, load_native_library
 from .manifest import (
     Capabilities, IntrinsicDecl, LayoutPreference, OpSupport, OptionDecl, PluginInfo, PluginManifest,
 )
@@ -20,6 +22,8 @@ __all__ = [
     "LoadedModule", "KernelFunction", "KernelSignature", "ParamSpec", "signature_of", "ENTRY_POINT_GROUP",
     "PluginRegistry", "registry", "reload_plugins", "load_manifest",
     "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
+    "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
+    "NativeKernel", "NativeModule", "TKArg", "load_native_library",
 ]
 
 
