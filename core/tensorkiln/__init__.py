@@ -28,10 +28,10 @@ _LAZY = {
     "build": ("tensorkiln.build_module", "build"),
     "compile": ("tensorkiln.compiler", "compile"),
     "onnx_backend": ("tensorkiln.onnx_backend", None),
-    "target": ("tensorkiln.targets", "target"),
-    "targets": ("tensorkiln.targets", "targets"),
-    "intrinsic": ("tensorkiln.targets", "intrinsic"),
-    "intrinsics": ("tensorkiln.targets", "intrinsics"),
+    "target": ("tensorkiln.target_lookup", "target"),
+    "targets": ("tensorkiln.target_lookup", "targets"),
+    "intrinsic": ("tensorkiln.target_lookup", "intrinsic"),
+    "intrinsics": ("tensorkiln.target_lookup", "intrinsics"),
 }
 
 __all__ = ["__version__", "SDK_API_VERSION", *_LAZY]

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 from .ir.errors import TensorkilnError
 from .runtime.module import Module
-from .targets import target as resolve_target
+from .target_lookup import target as resolve_target
 
 __all__ = ["build"]
 

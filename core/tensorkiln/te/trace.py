@@ -278,5 +278,5 @@ def _find_intrinsic(record: Tensorize, target, intrinsics):
         return intrinsics[record.intrin_name]
     if target is None:
         return None   # Tensorize.apply explains what to pass
-    from ..targets import intrinsic   # the plugin registry loads on first use only
+    from ..target_lookup import intrinsic   # the plugin registry loads on first use only
     return intrinsic(record.intrin_name, target=target)

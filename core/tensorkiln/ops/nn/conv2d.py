@@ -105,7 +105,12 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
     out_h = (height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1
     out_w = (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1
     accumulate = out_dtype or accumulate_dtype(data.dtype)
-    padded = _reader(pad_spatial(data, padding, data_layout), data_layout, "NCHW")
+    padded_tensor = pad_spatial(data, padding, data_layout)
+    phased = None
+    if data_layout == "NCHW" and stride_w > 1:
+        phased = _split_width_phases(padded_tensor, stride_w)
+    else:
+        padded = _reader(padded_tensor, data_layout, "NCHW")
     read_weight = _reader(weight, kernel_layout, "OIHW")
     rc = te.reduce_axis((0, group_channels), name="rc")
     ry = te.reduce_axis((0, kernel_h), name="ry")
@@ -128,7 +133,11 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
             channel = o // per_group_out  # depthwise (multiplier per_group_out): no rc term to simplify away
         else:
             channel = (o // per_group_out) * group_channels + rc
-        data_value = padded(b, channel, y * stride_h + ry * dil_h, x * stride_w + rx * dil_w)
+        if phased is not None:  # column x * sw + rx * dw is phase (rx * dw) % sw, x + (rx * dw) // sw
+            offset = rx * dil_w
+            data_value = phased[b, channel, y * stride_h + ry * dil_h, offset % stride_w, x + offset // stride_w]
+        else:
+            data_value = padded(b, channel, y * stride_h + ry * dil_h, x * stride_w + rx * dil_w)
         return te.cast(data_value, accumulate) * te.cast(read_weight(o, rc, ry, rx), accumulate)
 
     if is_nhwc:
@@ -144,6 +153,24 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
         return te.compute(conv.shape, lambda *i: te.cast(conv[i], data.dtype), name="T_conv2d_cast",
                           tag=tags.ELEMWISE)
     return conv
+
+
+def _split_width_phases(padded: te.Tensor, stride: int) -> te.Tensor:
+    """phases[b, c, y, p, q] = padded[b, c, y, q * stride + p] (0 past the right edge), tag "injective.pad".
+
+    A strided NCHW conv reads columns x * stride + rx: split into `stride` phases, the
+    columns an output row reads are contiguous in x, so the width-vectorized schedule
+    loads vectors instead of gathering. Materialized once, like the padding.
+    """
+    batch, channels, height, width = padded.shape
+    columns = -(-int(width) // stride)
+
+    def body(b, c, y, phase, q):
+        column = q * stride + phase
+        if int(width) % stride == 0:
+            return padded[b, c, y, column]
+        return select(column < width, padded[b, c, y, te.min(column, width - 1)], const_like(0, padded.dtype))
+    return te.compute((batch, channels, height, stride, columns), body, name="T_pad_phases", tag=PAD_TAG)
 
 
 def conv2d_nchw(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ... import te
 from .. import tags
-from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, schedule_injective_stage,
+from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach, schedule_injective_stage,
                      schedule_reduce_stage, vector_lanes)
 
 __all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm", "apply_reduce",
@@ -120,13 +120,29 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     out = s[output]
     batch, row, column, channel = out.op.axis
     _, _, out_width, out_channels = (int(d) for d in output.shape)
-    width_block, channel_block = _nhwc_tile(out_width, out_channels, vector_lanes(target, acc.dtype))
-    channel_outer, channel_inner = out.split(channel, factor=channel_block)
-    width_outer, width_inner = out.split(column, factor=width_block)
-    out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
-    # batch stays a serial loop: fused into the parallel loop, the channel block would be
-    # recovered through a modulo, which bound inference relaxes to every channel
-    _parallel(out, out.fuse(channel_outer, row), target)
+    groups = (anchor.op.attrs or {}).get("groups", 1)
+    per_group = out_channels // groups
+    grouped = groups > 1 and per_group > 1
+    width_block, channel_block = _nhwc_tile(out_width, per_group if grouped else out_channels,
+                                            vector_lanes(target, acc.dtype))
+    if grouped:
+        # Split by the group first: the input channel (o // per_group) * C/G + rc then
+        # simplifies to group * C/G + rc, invariant over the vector of output channels.
+        group, within = out.split(channel, factor=per_group)
+        block, channel_inner = out.split(within, factor=channel_block)
+        width_outer, width_inner = out.split(column, factor=width_block)
+        out.reorder(batch, group, block, row, width_outer, width_inner, channel_inner)
+        # group stays serial too: fused with block, (group * G + block) * b simplifies to one
+        # product and the group no longer divides out of the input channel
+        parallel = out.fuse(block, row)
+    else:
+        channel_outer, channel_inner = out.split(channel, factor=channel_block)
+        width_outer, width_inner = out.split(column, factor=width_block)
+        out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
+        parallel = out.fuse(channel_outer, row)
+    # Only two loops are fused into the parallel one, and batch stays serial: a third would be
+    # recovered through (fused // a) % b, which bound inference relaxes to the whole axis.
+    _parallel(out, parallel, target)
     if channel_block > 1:
         out.vectorize(channel_inner)
     s[acc].compute_at(out, width_outer)
@@ -163,7 +179,7 @@ def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) ->
         row_block = divisor_at_most(int(output.shape[-2]), ROW_BLOCK)
         row_outer, row_inner = out.split(axes[-2], factor=row_block)
         out.reorder(*axes[:-2], row_outer, column_outer, row_inner, column_inner)
-        fused = fuse_all(out, [*axes[:-2], row_outer, column_outer])
+        fused = fuse_for_attach(out, [*axes[:-2], row_outer, column_outer])
     else:
         fused = column_outer
     _parallel(out, fused, target)
@@ -260,7 +276,7 @@ def _attach_rows(s: te.Schedule, output: te.Tensor, reductions: list[te.Tensor],
         if block > 1:
             _, vector = out.split(row, factor=block)
             out.vectorize(vector)
-    fused = fuse_all(out, outer)
+    fused = fuse_for_attach(out, outer)
     if fused is None:
         for tensor in reductions:
             schedule_reduce_stage(s, tensor, target)
@@ -325,8 +341,9 @@ def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -
             schedule_injective_stage(s, output, target)
         return
     out = s[output]
-    axes = list(out.op.axis)
-    fused = fuse_all(out, axes)
+    # not fuse_all: a (1, 1024, 1, 1) global pool computed at such a loop summed all 1024
+    # channels for each output (see fuse_for_attach)
+    fused = fuse_for_attach(out, out.op.axis)
     _parallel_if_large(out, fused, output, target)
     s[anchor].compute_at(out, fused)
 

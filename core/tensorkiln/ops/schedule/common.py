@@ -14,7 +14,7 @@ from ...tir.arith import as_int
 from .. import tags
 
 __all__ = ["resolve_target", "vector_lanes", "can_parallel", "as_outputs", "stages_of", "inline_injective",
-           "divisor_at_most", "extent_of", "fuse_all", "vectorize_inner", "schedule_injective_stage",
+           "divisor_at_most", "extent_of", "fuse_all", "fuse_for_attach", "vectorize_inner", "schedule_injective_stage",
            "schedule_reduce_stage", "PARALLEL_MIN_WORK", "MAX_LANES"]
 
 MAX_LANES = 16
@@ -25,7 +25,7 @@ PARALLEL_MIN_WORK = 1 << 14
 def resolve_target(target):
     """A Target from a Target or a target string ("llvm"); objects with `.capabilities` pass through."""
     if isinstance(target, str):
-        from ...targets import target as lookup
+        from ...target_lookup import target as lookup
         return lookup(target)
     return target
 
@@ -86,6 +86,24 @@ def fuse_all(stage, axes: Sequence):
     if not axes:
         return None
     return axes[0] if len(axes) == 1 else stage.fuse(*axes)
+
+
+def fuse_for_attach(stage, axes: Sequence):
+    """Fuse the innermost of `axes` (adjacent loops, outer to inner) into the loop a producer is
+    computed at; returns it (None without axes). Outer axes stay separate loops.
+
+    Bound inference recovers a fused axis from the fused loop as fused // n (the outermost),
+    fused % n (the innermost) or (fused // n) % m (any other), and relaxes the last form to
+    the whole axis: a producer computed at a loop fusing three wide axes would compute all
+    of the middle one in every iteration. So the fused run holds at most two axes wider than 1
+    and ends with a wide one; the loops after it must be the unit axes among `axes`.
+    """
+    axes = list(axes)
+    wide = [i for i, axis in enumerate(axes) if extent_of(axis) != 1]
+    if not wide:
+        return fuse_all(stage, axes)
+    # unit axes after the last wide one stay out too: fused, they turn fused % n into (fused // 1) % n
+    return fuse_all(stage, axes[wide[-2] if len(wide) >= 2 else wide[0]:wide[-1] + 1])
 
 
 def vectorize_inner(stage, axis, extent: int, lanes: int):

@@ -124,25 +124,69 @@ def _threads_can_split(s: te.Schedule, outputs: list, needs: dict) -> bool:
 # ---- thread binding ------------------------------------------------------------------------
 
 
-def _bind_flat(stage, axes: Sequence, target):
-    """Fuse `axes`, split by the block size and bind; returns the thread loop (None: no axes)."""
+def _bind_flat(stage, axes: Sequence, total: int, target):
+    """Fuse `axes` (`total` iterations together), split by the block size and bind; returns the
+    thread loop (None: no axes). Split and fused axes have no extent before lowering, hence `total`."""
     fused = fuse_all(stage, axes)
     if fused is None:
         return None
-    total = extent_of(fused) or 1
-    block = min(threads_per_block(target), total)
+    block = min(threads_per_block(target), max(1, total))
     outer, inner = stage.split(fused, factor=block)
     stage.bind(outer, te.thread_axis("blockIdx.x"))
     stage.bind(inner, te.thread_axis("threadIdx.x"))
     return inner
 
 
+def _bind_grid(stage, axes: Sequence, extents: Sequence[int], target, inner: Sequence = ()):
+    """Bind `axes` (outer to inner, with their `extents`) without fusing them into one loop.
+
+    threadIdx.x takes the innermost axis (split), threadIdx.y the next one when the first
+    leaves room in the block; their outer parts go to blockIdx.x / blockIdx.y and the other
+    axes to blockIdx.z (fused when several). Stages computed at the returned thread loop get
+    exact regions: bound inference sees only splits (a fused-then-split loop would make it
+    relax the region to most of the tensor). `inner` axes stay serial, innermost.
+    """
+    axes, extents = list(axes), [max(1, int(e)) for e in extents]
+    if not axes:
+        return None
+    threads = threads_per_block(target)
+    x_threads = min(threads, extents[-1])
+    x_outer, x_inner = stage.split(axes[-1], factor=x_threads)
+    blocks, thread_loops = [x_outer], [x_inner]
+    rest = axes[:-1]
+    if rest and _can_bind(target, "threadIdx.y") and threads // x_threads > 1 and extents[-2] > 1:
+        y_outer, y_inner = stage.split(rest[-1], factor=min(threads // x_threads, extents[-2]))
+        blocks.insert(0, y_outer)
+        thread_loops.insert(0, y_inner)
+        rest = rest[:-1]
+    elif rest and _can_bind(target, "blockIdx.y"):
+        blocks.insert(0, rest[-1])
+        rest = rest[:-1]
+    stage.reorder(*rest, *blocks, *thread_loops, *inner)
+    outer = fuse_all(stage, rest)
+    if outer is not None:
+        if len(blocks) == 2 and _can_bind(target, "blockIdx.z"):
+            stage.bind(outer, te.thread_axis("blockIdx.z"))
+        else:
+            blocks.insert(0, outer)   # serial, outside the bound loops, when no block axis is left
+    for axis, tag in zip(reversed(blocks), ("blockIdx.x", "blockIdx.y")):
+        stage.bind(axis, te.thread_axis(tag))
+    for axis, tag in zip(reversed(thread_loops), ("threadIdx.x", "threadIdx.y")):
+        stage.bind(axis, te.thread_axis(tag))
+    return thread_loops[-1]
+
+
 def _attach(s: te.Schedule, intermediates: list, stage, axis) -> None:
-    """compute_at every intermediate at `axis` of `stage` (at the root when there is no axis)."""
+    """compute_at every intermediate at `axis` of `stage`, in private ("local") memory.
+
+    The scope matters: bound inference relaxes every thread index for a "global" stage (any
+    thread could read it), so only a "local" stage gets the region of one thread."""
     if axis is None:
         return
     for intermediate in intermediates:
         intermediate.compute_at(stage, axis)
+        if intermediate.scope == "global":
+            intermediate.set_scope("local")
 
 
 def _schedule_elementwise(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> None:
@@ -154,10 +198,12 @@ def _schedule_elementwise(s: te.Schedule, output: te.Tensor, intermediates: list
     lanes = vector_lanes(target, output.dtype)
     last = extent_of(axes[-1]) or 1
     vector = None
+    total = _size(output.shape)
     if not intermediates and lanes > 1 and last % lanes == 0:
         outer_last, vector = stage.split(axes[-1], factor=lanes)
         axes = axes[:-1] + [outer_last]
-    thread = _bind_flat(stage, axes, target)
+        total //= lanes
+    thread = _bind_flat(stage, axes, total, target)
     if vector is not None:
         stage.vectorize(vector)
     _attach(s, intermediates, stage, thread)
@@ -188,8 +234,15 @@ def _per_output(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermedia
     """One work-item per output element; what it reads is computed inside it, serially."""
     intermediates = _accumulator(s, anchor, output, intermediates)
     stage = s[output]
-    thread = _bind_flat(stage, list(stage.op.axis), target)
+    thread = _bind_grid(stage, list(stage.op.axis), [int(d) for d in output.shape], target)
     _attach(s, intermediates, stage, thread)
+
+
+def _size(shape) -> int:
+    total = 1
+    for extent in shape:
+        total *= int(extent)
+    return total
 
 
 def _rows(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> bool:
@@ -213,7 +266,8 @@ def _rows(s: te.Schedule, output: te.Tensor, intermediates: list, target) -> boo
         row_length *= extent_of(axis) or 1
     if rows < ROWS_PER_THREAD_MIN and row_length <= RECOMPUTE_ROW_MAX:
         return False  # few short rows: one thread per element, recomputing its row statistics
-    thread = _bind_flat(stage, outer, target)
+    thread = _bind_grid(stage, outer, [int(d) for d in output.shape[:rank]], target,
+                        inner=list(stage.op.axis)[rank:])
     _attach(s, intermediates, stage, thread)
     return True
 
@@ -239,8 +293,9 @@ def _conv(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: l
     batch, channel, row, column = stage.op.axis
     block = divisor_at_most(int(output.shape[1]), CONV_CHANNEL_BLOCK)
     channel_outer, channel_inner = stage.split(channel, factor=block)
-    stage.reorder(batch, channel_outer, row, column, channel_inner)
-    thread = _bind_flat(stage, [batch, channel_outer, row, column], target)
+    batches, channels, height, width = (int(d) for d in output.shape)
+    thread = _bind_grid(stage, [batch, channel_outer, row, column], [batches, channels // block, height, width],
+                        target, inner=[channel_inner])
     if block > 1:
         stage.unroll(channel_inner)
     _attach(s, intermediates, stage, thread)
