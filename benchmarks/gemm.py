@@ -1,6 +1,6 @@
 """benchmarks/gemm.py: fp32 1024x1024x1024 matmul, GFLOP/s of numpy (OpenBLAS) and tensorkiln schedules.
 
-    python benchmarks/gemm.py [--size 1024] [--repeat 7]
+    python benchmarks/gemm.py [--size 1024] [--repeat 7] [--targets cpu_llvm,opencl]
 
 Rows: numpy; tensorkiln naive (default schedule); the seed's schedule (split i, j by
 32, reorder, tensorize onto gemm_accelerator); the best hand schedule
@@ -60,6 +60,52 @@ def best(size: int):
     return schedule_dense(c, target="llvm"), [a, b, c]
 
 
+def gpu_tiled(size: int, tile: int = 16, k_tile: int = 16):
+    """The classic GPU GEMM for targets with thread axes (opencl): block tiles of C, A and B
+    k-tiles staged in shared (__local) memory, one output per work-item accumulated in a register."""
+    a, b, c = matmul(size)
+    s = te.create_schedule(c.op)
+    aa = s.cache_read(a, "shared", [c])
+    bb = s.cache_read(b, "shared", [c])
+    cc = s.cache_write(c, "local")
+    i, j = s[c].op.axis
+    bi, ti = s[c].split(i, factor=tile)
+    bj, tj = s[c].split(j, factor=tile)
+    s[c].reorder(bi, bj, ti, tj)
+    s[c].bind(bi, te.thread_axis("blockIdx.y"))
+    s[c].bind(bj, te.thread_axis("blockIdx.x"))
+    s[c].bind(ti, te.thread_axis("threadIdx.y"))
+    s[c].bind(tj, te.thread_axis("threadIdx.x"))
+    s[cc].compute_at(s[c], tj)
+    (k,) = s[cc].op.reduce_axis
+    ko, _ = s[cc].split(k, factor=k_tile)
+    s[aa].compute_at(s[cc], ko)
+    s[bb].compute_at(s[cc], ko)
+    return s, [a, b, c]
+
+
+def opencl_column(size: int, a, b, reference, best_seconds: float, repeat: int) -> None:
+    """GFLOP/s of the GPU-style GEMM on the opencl target (PoCL on this CPU), as a ratio to cpu_llvm."""
+    try:
+        target = tk.target("opencl")
+        target.spec.require_available()
+    except tk.ir.TensorkilnError as error:
+        print(f"\nopencl: not run ({error})")
+        return
+    s, tensors = gpu_tiled(size)
+    started = time.perf_counter()
+    module = tk.build(s, tensors, target="opencl", name="gemm_opencl")
+    c = np.zeros((size, size), np.float32)
+    module(a, b, c)
+    np.testing.assert_allclose(c, reference, rtol=1e-3, atol=1e-3)
+    print(f"\nopencl ({target.spec.loader.describe_device(target)}): built the tiled GEMM in "
+          f"{time.perf_counter() - started:.2f} s (result matches numpy)")
+    seconds = statistics.median(module.time_evaluator(number=1, repeat=repeat)(a, b, c).results)
+    flops = 2.0 * size ** 3
+    print(f"  opencl tiled (shared memory) {flops / seconds / 1e9:8.1f} GFLOP/s  "
+          f"{best_seconds / seconds:5.2f}x cpu_llvm best (all cores)")
+
+
 def median_seconds(run, repeat: int, number: int) -> float:
     """Median over `repeat` batches of seconds per call (batches of `number` calls)."""
     times = []
@@ -75,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--targets", default="cpu_llvm", help="comma list; add opencl for its column")
     args = parser.parse_args()
     size, flops = args.size, 2.0 * args.size ** 3
     blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
@@ -98,6 +145,7 @@ def main() -> None:
         print(f"built {label:6s} in {time.perf_counter() - started:.2f} s (result matches numpy)")
 
     c = np.empty((size, size), np.float32)
+    best_all_cores = None
     for setting, threads in (("1 thread", 1), (f"all cores ({os.cpu_count()})", 0)):
         tk.runtime.set_num_threads(threads)
         kernels = {label: module.get_function(module.entry_name) for label, module in modules.items()}
@@ -119,7 +167,10 @@ def main() -> None:
         for name, times in seconds.items():
             median = statistics.median(times)
             print(f"  {name:28s} {flops / median / 1e9:8.1f} GFLOP/s  {numpy_s / median:5.2f}x")
+        best_all_cores = statistics.median(seconds["tensorkiln best"])
     tk.runtime.set_num_threads(0)
+    if "opencl" in args.targets.split(","):
+        opencl_column(size, a, b, reference, best_all_cores, args.repeat)
 
 
 if __name__ == "__main__":

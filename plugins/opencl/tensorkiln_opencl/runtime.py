@@ -352,6 +352,11 @@ class OpenCLLoader(RuntimeLoader):
 
     uses_host_memory = False
 
+    def describe_device(self, target: Any = None) -> str:
+        device = self.device(target)
+        platform = device.cl_device.platform
+        return f"OpenCL {platform.name.strip()} {platform.version.strip()}: {device.name}"
+
     def empty(self, shape: Sequence[int], dtype: str, target: Any = None) -> DeviceArray:
         return DeviceArray.empty(shape, dtype, self.device(target))
 
