@@ -109,10 +109,20 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     worst = 0.0
+
+    def row(name: str, config: str, r: dict, ref: dict) -> None:
+        error = float(np.max(np.abs(r["output"] - ref["output"])))
+        kernels = f"{r['kernels']}/{r['ops']}" if "kernels" in r else "-"
+        peak = f"{r['peak_mb']:7.2f}" if "peak_mb" in r else f"{'-':>7s}"
+        unplanned = f"{r['unplanned_mb']:11.2f}" if "unplanned_mb" in r else f"{'-':>11s}"
+        vs_llvm = f"{r['vs_llvm']:6.2f}" if "vs_llvm" in r else f"{'-':>6s}"
+        print(f"{name:12s} {config:24s} {r['ms']:9.2f} {r['ms'] / ref['ms']:6.2f} {vs_llvm} "
+              f"{r['compile_s']:9.2f} {kernels:>11s} {peak} {unplanned} {error:9.2e}", flush=True)
+
     for name in [m.strip() for m in args.models.split(",") if m.strip()]:
         model, mod, input_name, data, expected = light_model(name)
         ref = bench_onnxruntime(model, input_name, data, args.threads, args.repeat)
-        rows = [("onnxruntime", ref)]
+        row(name, "onnxruntime", ref, ref)
         llvm_ms: dict[int, float] = {}
         for target in targets:
             levels = opt_levels if target == "cpu_llvm" else [MAX_OPT_LEVEL]
@@ -126,18 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                     llvm_ms[level] = result["ms"]
                 elif level in llvm_ms:
                     result["vs_llvm"] = result["ms"] / llvm_ms[level]
-                rows.append((f"tk {target} opt {level}", result))
-        for config, r in rows:
-            error = float(np.max(np.abs(r["output"] - ref["output"])))
-            if config != "onnxruntime":
-                worst = max(worst, float(np.max(np.abs(r["output"] - expected))))
-            kernels = f"{r['kernels']}/{r['ops']}" if "kernels" in r else "-"
-            peak = f"{r['peak_mb']:7.2f}" if "peak_mb" in r else f"{'-':>7s}"
-            unplanned = f"{r['unplanned_mb']:11.2f}" if "unplanned_mb" in r else f"{'-':>11s}"
-            vs_llvm = f"{r['vs_llvm']:6.2f}" if "vs_llvm" in r else f"{'-':>6s}"
-            print(f"{name:12s} {config:24s} {r['ms']:9.2f} {r['ms'] / ref['ms']:6.2f} {vs_llvm} "
-                  f"{r['compile_s']:9.2f} {kernels:>11s} {peak} {unplanned} {error:9.2e}")
-        sys.stdout.flush()
+                worst = max(worst, float(np.max(np.abs(result["output"] - expected))))
+                row(name, f"tk {target} opt {level}", result, ref)
     print(f"largest tensorkiln error vs the stored outputs: {worst:.2e}")
     return 0
 

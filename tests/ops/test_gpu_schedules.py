@@ -116,6 +116,36 @@ def test_dense_without_room_in_shared_memory_falls_back_to_one_thread_per_output
     assert "threadIdx.y" in _thread_tags(s)
 
 
+def _allocations(s, args) -> dict[str, int]:
+    """{buffer name: elements} of the allocations in the lowered function."""
+    import re
+    text = str(tir.lower(s, args, name="kernel"))
+    found = re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text)
+    return {name: int(np.prod([int(d) for d in dims.split(",")])) for name, dims in found}
+
+
+def test_a_thread_computes_only_its_own_region_of_an_intermediate():
+    """conv2d + relu: the conv accumulates one channel block per work-item (local scope: bound
+    inference relaxes every thread index of a global stage), the block holds many threads."""
+    from tensorkiln.graph.ops.nn import Conv2DAttrs
+    x = te.placeholder((1, 3, 32, 32), "float32", name="x")
+    w = te.placeholder((16, 3, 3, 3), "float32", name="w")
+    conv = get_op("nn.conv2d").compute([x, w], Conv2DAttrs(padding=(1, 1, 1, 1)), TensorType((1, 16, 32, 32), "float32"))
+    out = get_op("nn.relu").compute([conv], None, TensorType((1, 16, 32, 32), "float32"))
+    s = schedule_gpu([out], GPU)
+    assert _allocations(s, [x, w, out]) == {"T_conv2d": 4}   # padding inlined, 4 output channels
+    threads = [iv for st in s.stages for iv, attr in st.iter_attrs.items() if attr.thread_tag == "threadIdx.x"]
+    assert threads and all(iv.name.endswith("inner") for iv in threads)
+
+
+def test_dense_weight_packing_is_inlined_on_gpus():
+    x = te.placeholder((8, 16), "float32", name="x")
+    w = te.placeholder((32, 16), "float32", name="w")
+    out = get_op("nn.dense").compute([x, w], None, TensorType((8, 32), "float32"))
+    s = schedule_gpu([out], GPU)
+    assert "T_dense_pack" not in _allocations(s, [x, w, out])
+
+
 def test_group_whose_outputs_read_each_other_runs_on_one_work_item():
     x = te.placeholder((8,), "float32", name="x")
     y = te.compute((8,), lambda i: x[i] + 1.0, name="y", tag=tags.ELEMWISE)
@@ -262,3 +292,17 @@ def test_every_op_runs_on_opencl_with_its_default_schedule(opencl_program, name,
     results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
     kernel(*case.inputs, *results)
     assert_matches(get_op(name), results, case.inputs, case.attrs, case.atol)
+
+
+@needs_opencl
+def test_opencl_launches_full_work_groups():
+    """Regression: split/fused loops have no extent before lowering, so the block size comes
+    from the shapes; a block of 1 made every conv launch 1-item work-groups."""
+    case = cases_for("nn.conv2d", "moderate")[0]
+    inputs, outputs = _op_outputs("nn.conv2d", case.inputs, case.attrs)
+    f = tk.build(schedule_for(outputs, OPENCL), [*inputs, *outputs], target=OPENCL, name="conv")
+    block = f.artifact.metadata["kernels"]["conv"]["block"]
+    assert block[0] * block[1] * block[2] >= 64
+    results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
+    f(*case.inputs, *results)
+    assert_matches(get_op("nn.conv2d"), results, case.inputs, case.attrs, case.atol)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..graph import Call, Function, Module, post_order
-from ..graph.registry import Op
+from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType, TupleType
 from ..ir.errors import UnsupportedOpError
 from ..sdk.plugin_manager import registry
@@ -54,6 +54,7 @@ class Placement:
     reasons: dict[int, str] = field(default_factory=dict)
     reasons_by_call: dict[int, str] = field(default_factory=dict)
     group_targets: dict[int, str] = field(default_factory=dict)
+    predicates: dict = field(default_factory=dict)   # the requested target's, merged from its plugins
 
     def target_of(self, call: Call) -> Target:
         return self.targets[self.group_targets.get(id(call), str(self.target))]
@@ -64,10 +65,53 @@ class Placement:
             if isinstance(node, Call) and isinstance(node.op, Function):
                 text = node.op.attr("target") or str(self.target)
                 self.group_targets[id(node)] = text
-                reasons = [self.reasons[id(c)] for c in post_order(node.op.body) if id(c) in self.reasons]
-                if reasons:
-                    self.reasons_by_call[id(node)] = reasons[0]
+                if text == str(self.target):
+                    continue
+                # fuse_ops rebuilds the calls inside a group, so the reasons recorded by node
+                # identity in place_ops do not reach them: ask the requested target again.
+                calls = [c for c in post_order(node.op.body) if isinstance(c, Call) and isinstance(c.op, Op)]
+                reasons = [self.reasons.get(id(c)) or unsupported_reason(c, self.target, self.predicates)
+                           for c in calls]
+                reasons = [reason for reason in reasons if reason]
+                self.reasons_by_call[id(node)] = reasons[0] if reasons else FOLLOWS_FALLBACK
         return self
+
+
+FOLLOWS_FALLBACK = "follows_fallback"
+"""Reason code of a cheap op the target could run, placed with the fallback ops around it."""
+
+
+def _follow_fallbacks(mod: Module, placement: "Placement") -> None:
+    """Move data-movement ops (pattern INJECTIVE: reshape, transpose, ...) sandwiched between
+    ops of one fallback target onto that target.
+
+    reshape between a CPU max_pool2d and a CPU softmax would otherwise cost two copies
+    (to the device and back). Forward: an injective op whose producing ops all run on one
+    fallback target moves there; backward: a moved op none of whose users runs there moves back.
+    Elementwise and broadcast ops compute, so they stay on the requested target.
+    """
+    primary = str(placement.target)
+    calls = [n for n in post_order(mod.main.body) if isinstance(n, Call) and isinstance(n.op, Op)]
+    users: dict[int, list[Call]] = {}
+    for call in calls:
+        for arg in call.args:
+            users.setdefault(id(arg), []).append(call)
+    moved = []
+    for call in calls:
+        producers = {placement.by_call.get(id(a)) for a in call.args if isinstance(a, Call) and isinstance(a.op, Op)}
+        if placement.by_call.get(id(call)) != primary or call.op.pattern != OpPattern.INJECTIVE or len(producers) != 1:
+            continue
+        (fallback,) = producers
+        if fallback is not None and fallback != primary:
+            placement.by_call[id(call)] = fallback
+            moved.append(call)
+    for call in reversed(moved):
+        here = placement.by_call[id(call)]
+        if not any(placement.by_call.get(id(user)) == here for user in users.get(id(call), [])):
+            placement.by_call[id(call)] = primary
+    for call in moved:
+        if placement.by_call[id(call)] != primary:
+            placement.reasons[id(call)] = FOLLOWS_FALLBACK
 
 
 def _fallback_targets(primary: Target) -> list[Target]:
@@ -92,6 +136,7 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
             predicates_cache[str(t)] = merged
         return predicates_cache[str(t)]
 
+    placement.predicates = predicates(target)
     unsupported = []
     fallbacks = None
     for node in post_order(mod.main.body):
@@ -121,6 +166,8 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
         lines = [f"  {node.op.name} ({reason}) at {node.summary()}" for node, reason in unsupported]
         mode = "strict mode refuses to fall back" if strict else "no fallback target can run them"
         raise UnsupportedOpError(f"target {target} cannot run {len(unsupported)} op(s) and {mode}:\n" + "\n".join(lines))
+    if placement.reasons:
+        _follow_fallbacks(mod, placement)
     return placement
 
 

@@ -692,6 +692,10 @@ class _KernelWriter:
         if pair is None:
             return f"{self._helper('min' if is_min else 'max', e.dtype)}({_strip(a)}, {_strip(b)})"
         suffix = self.d.float_suffix.get(dtype_of(e.dtype).element, "")
+        if kind in ("int", "uint") and dtype_of(e.dtype).bits < 32 and e.lanes == 1:
+            # C promotes char/short operands to int, and an overloaded min(uchar, int) is ambiguous
+            t = self.d.type_name(e.dtype)
+            a, b = f"(({t}){a})", f"(({t}){b})"
         return f"{pair[0 if is_min else 1].format(f=suffix)}({_strip(a)}, {_strip(b)})"
 
     def _expr_Not(self, e, lane):

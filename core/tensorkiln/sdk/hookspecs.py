@@ -44,11 +44,14 @@ class TensorkilnHookSpecs:
 
     @hookspec
     def tensorkiln_schedule_rules(self, target):
-        """Return {op name: schedule function} for `target`.
+        """Return {anchor tag or op name: rule} for `target`; rule(outputs, target) -> te.Schedule.
 
-        Called by the compiler when it schedules a fused group whose anchor op has
-        a rule here; a rule takes (outputs, attrs, target) and returns a te.Schedule.
-        Tuned records win over rules, rules win over the core's default schedules.
+        Called by `tensorkiln.ops.schedule_for` each time the compiler schedules a fused
+        group on `target`. The first key matching the group wins: its anchor stage's tag
+        ("conv2d_nchw", "dense", ...; "injective" for a group without anchor), then the
+        names of the group's graph ops, the anchor op ("nn.conv2d") before its epilogue.
+        `outputs` are the group's te tensors. Tuned records win over rules, rules win
+        over the core's default schedules. Return {} for targets you do not serve.
         """
 
     @hookspec

@@ -200,7 +200,9 @@ class OpenCLKernel(KernelFunction):
                 temporaries.append((position, arg))
             elif isinstance(arg, DeviceArray) and arg.kernel_buffer() is None:
                 copy = DeviceArray.empty(arg.shape, arg.dtype, device)
-                cl.enqueue_copy(device.queue, copy.buffer, arg.buffer, src_offset=arg.offset, byte_count=arg.nbytes)
+                if arg.nbytes:  # OpenCL refuses a copy of 0 bytes (an empty view at an odd offset)
+                    cl.enqueue_copy(device.queue, copy.buffer, arg.buffer, src_offset=arg.offset,
+                                    byte_count=arg.nbytes)
                 temporaries.append((position, copy))
                 arg = copy
             launch_args.append(arg)

@@ -189,3 +189,27 @@ def test_a_shared_global_intermediate_is_refused_with_advice():
                                         _bound(tx2, 64, tir.Store(A, tir.Load(T, tx2), tx2), "threadIdx.x"))))
     with pytest.raises(CompileError, match=r"compute it at \(compute_at\) the consumer's thread loops"):
         OpenCLEmitter().emit([tir.PrimFunc("bad", (A,), body)])
+
+
+def test_a_kernel_named_like_an_opencl_keyword_gets_another_symbol(build_and_load):
+    """`kernel`, `global`, ... are OpenCL C keywords: the emitted symbol differs, the name stays."""
+    from tensorkiln import te, tir
+    A = te.placeholder((4,), name="A")
+    B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
+    module = build_and_load(tir.lower(te.create_schedule(B.op), [A, B], name="kernel"))
+    assert "__kernel void kernel(" not in module.get_source()
+    b = np.zeros(4, "float32")
+    module.get_function("kernel")(np.arange(4, dtype="float32"), b)
+    np.testing.assert_array_equal(b, np.arange(4) + 1)
+
+
+def test_small_integer_min_max_are_not_ambiguous():
+    """uchar max(uchar, padded select) used to fail: C promotes the select to int, and
+    OpenCL's overloaded max(uchar, int) is ambiguous; both operands are cast to uchar."""
+    import tensorkiln as tk
+    from tensorkiln import graph
+    x = graph.var("x", shape=(1, 1, 5, 5), dtype="uint8")
+    mod = graph.Module.from_expr(graph.nn.max_pool2d(x, pool_size=(5, 5), padding=(2, 2, 2, 2)))
+    lib = tk.compile(mod, "opencl")
+    a = np.arange(25, dtype="uint8").reshape(1, 1, 5, 5)
+    np.testing.assert_array_equal(lib(a), graph.evaluate(mod, {"x": a}))

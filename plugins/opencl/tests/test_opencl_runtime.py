@@ -186,3 +186,12 @@ def test_a_view_past_its_storage_is_refused(opencl_target):
     storage = loader.empty((64,), "uint8", opencl_target)
     with pytest.raises(RuntimeLaunchError, match=r"view of 64 bytes at offset 16 does not fit in a storage of 64"):
         loader.view(storage, 16, (16,), "float32")
+
+
+def test_zero_dimensional_arrays_copy_both_ways(opencl_target):
+    """Regression: np.ascontiguousarray turns a () array into (1,), which the copy refused."""
+    loader = opencl_target.spec.loader
+    scalar = loader.to_device(np.array(2.5, "float32"), opencl_target)
+    assert scalar.shape == () and loader.to_host(scalar) == np.float32(2.5)
+    loader.copy_into(scalar, np.array(-1.0, "float32"))
+    assert loader.to_host(scalar).shape == () and loader.to_host(scalar) == np.float32(-1.0)

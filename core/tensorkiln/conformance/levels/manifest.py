@@ -114,13 +114,15 @@ def _supported_ops_predicates(target: Any) -> None:
 
 def _schedule_rules(target: Any) -> None:
     from ...graph.registry import list_ops
+    from ...ops import tags
+    from ...ops.strategy import INJECTIVE_KEY
 
-    known = {op.name for op in list_ops()}
+    known = {op.name for op in list_ops()} | set(tags.ANCHOR_TAGS) | {INJECTIVE_KEY}  # keys: op names or tags
     problems = []
     for table in own_hook_results("tensorkiln_schedule_rules", target):
         for name, rule in table.items():
             if name not in known:
-                problems.append(f"{name!r} is not a registered op")
+                problems.append(f"{name!r} is neither a registered op nor an anchor tag")
             if not callable(rule):
                 problems.append(f"the rule of {name!r} is not callable")
     if problems:

@@ -11,16 +11,26 @@ output stage carries the tiling and the accumulation is computed at its tile:
         allocate acc (local)                    <- anchor compute_at the tile
         for reduction: for block: acc[...] += ...   (vectorized block)
         for block: out[...] = epilogue(acc[...])    (vectorized)
+
+The convolutions: NHWC (`apply_conv2d_nhwc`, what alter_layout makes for targets that
+prefer it) vectorizes over output channels, with a register tile of several output
+positions, weights HWIO read as vectors and the input broadcast; NCHW (`apply_conv2d`)
+vectorizes over the output width with the weights broadcast (a strided conv reads its
+input split into column phases, see ops/nn/conv2d.py). The batch-1 dense streams the
+weight rows with vectors over K (`_apply_dense_split`).
+
+A producer computed at a fused loop sees its region through the fused loop's
+decomposition; see `fuse_for_attach` for which fusions keep that region exact.
 """
 from __future__ import annotations
 
 from ... import te
 from .. import tags
-from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach, schedule_injective_stage,
-                     schedule_reduce_stage, vector_lanes)
+from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach,
+                     schedule_injective_stage, schedule_reduce_stage, vector_lanes)
 
-__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm", "apply_reduce",
-           "accumulator"]
+__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
+           "apply_reduce", "accumulator"]
 
 OUTPUT_CHANNEL_BLOCK = 4
 ROW_BLOCK = 4

@@ -18,8 +18,13 @@ thread reads is either inlined or computed by that thread (compute_at its thread
                      per output with a private accumulator
     pool             one thread per output element, window serial
 
-A group whose outputs read one another (or share a non-inlined intermediate) runs
-serially on one work-item: correct, and rare after fusion.
+Where a stage is computed per thread, the output's axes are bound without fusing them
+(`_bind_grid`: threadIdx.x/y split off the innermost axes, blockIdx.x/y/z the rest) and the
+stage lives in "local" scope: bound inference then gives it exactly one thread's region
+(a fused-then-split loop, or "global" scope, relaxes the region to most of the tensor).
+
+A group whose outputs read one another (or share a non-inlined intermediate, like topk's
+values and indices) runs serially on one work-item: correct, and rare after fusion.
 """
 from __future__ import annotations
 
@@ -203,7 +208,10 @@ def _schedule_elementwise(s: te.Schedule, output: te.Tensor, intermediates: list
         outer_last, vector = stage.split(axes[-1], factor=lanes)
         axes = axes[:-1] + [outer_last]
         total //= lanes
-    thread = _bind_flat(stage, axes, total, target)
+    if intermediates:  # computed per thread: bind without fusing so their regions stay exact
+        thread = _bind_grid(stage, axes, [int(d) for d in output.shape], target)
+    else:
+        thread = _bind_flat(stage, axes, total, target)
     if vector is not None:
         stage.vectorize(vector)
     _attach(s, intermediates, stage, thread)
