@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -82,7 +81,8 @@ def bench_tensorkiln(mod, input_name: str, data, target: str, opt_level: int, th
     output = lib.get_output(0)
     return {"ms": median_ms(lib.run, repeat), "compile_s": summary["compile_seconds"], "output": output,
             "kernels": summary["kernel_launches"], "ops": summary["ops"],
-            "peak_mb": summary["peak_activation_bytes"] / 1e6, "unplanned_mb": summary["unplanned_activation_bytes"] / 1e6}
+            "peak_mb": summary["peak_activation_bytes"] / 1e6,
+            "unplanned_mb": summary["unplanned_activation_bytes"] / 1e6}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -113,6 +113,15 @@ def test_run_node_through_the_backend():
     np.testing.assert_array_equal(y, np.maximum(x, 0))
 
 
+def test_node_tests_command_routes_through_the_backend(capsys):
+    from tensorkiln.frontend.node_tests import main
+
+    assert main(["--target", TARGET, "-k", "test_relu", "-v"]) == 0
+    out = capsys.readouterr().out
+    assert "all           pass" in out and "float32_only  pass" in out
+    assert f"on {tk.target(TARGET)} through tensorkiln.onnx_backend" in out
+
+
 def _update() -> None:
     results, counts = _run_all()
     RECORD.parent.mkdir(exist_ok=True)

@@ -42,6 +42,7 @@ class TensorkilnBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> TensorkilnBackendRep:
+        """Compile `model`. Optional kwargs: shape= and constants= (as for from_onnx), target=, opt_level=."""
         import tensorkiln as tk
 
         super().prepare(model, device, **kwargs)

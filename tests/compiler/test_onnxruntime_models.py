@@ -84,7 +84,8 @@ def transformer_encoder_layer() -> tuple[onnx.ModelProto, dict]:
     dh = d // heads
 
     def linear(x: str, n_in: int, n_out: int) -> str:
-        return b.op("Add", b.op("MatMul", x, b.weight(n_in, n_out, scale=1 / np.sqrt(n_in))), b.weight(n_out, scale=0.1))
+        product = b.op("MatMul", x, b.weight(n_in, n_out, scale=1 / np.sqrt(n_in)))
+        return b.op("Add", product, b.weight(n_out, scale=0.1))
 
     def heads_first(x: str) -> str:  # (B, S, D) -> (B, H, S, Dh)
         return b.op("Transpose", b.op("Reshape", x, b.const(np.array([BATCH, seq, heads, dh], np.int64))),

@@ -207,7 +207,8 @@ def _edit_target(**changes):
 
 def test_plugin_version_mismatch(exported, tmp_path):
     path = _with_record(exported, tmp_path, _edit_target(plugin_version="0.0.1-old"))
-    with pytest.raises(ArtifactError, match=r"compiled with tensorkiln-cpu-llvm 0.0.1-old for .*llvm.*, but .* is installed"):
+    with pytest.raises(ArtifactError, match=r"compiled with tensorkiln-cpu-llvm 0.0.1-old for .*llvm.*, "
+                                            r"but .* is installed; recompile the model"):
         tk.runtime.load(path)
 
 

@@ -57,7 +57,9 @@ def _names_resolve(target: Any) -> None:
 
     for name in (target.name, *target.manifest.plugin.aliases):
         resolved = tk.target(name)
-        if resolved.spec is not target.spec:
+        # Compare what identifies a plugin, not object identity: the registry may have been reloaded.
+        if (resolved.spec.distribution, resolved.spec.name, resolved.spec.manifest_hash) != (
+                target.spec.distribution, target.spec.name, target.spec.manifest_hash):
             _fail(f"target name {name!r} resolves to {resolved.spec.distribution!r}, not {target.spec.distribution!r}")
 
 

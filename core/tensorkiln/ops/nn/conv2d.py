@@ -2,7 +2,8 @@
 OIHW, HWIO or OHWI), with strides, padding, dilation, groups and depthwise; and
 conv2d_transpose (NCHW / IOHW).
 
-    conv2d:  pad (tag "injective.pad", materialized by the schedule)
+    conv2d:  pad (tag "injective.pad", materialized by the schedule; for an NCHW conv with a
+             column stride, split into column phases as well: T_pad_phases, same tag)
              -> conv (tag "conv2d_nchw" / "group_conv2d_nchw" / "depthwise_conv2d_nchw" for NCHW
                       data, "conv2d_nhwc" for NHWC data, whatever the weight layout)
     float16 accumulates in float32 and a cast stage (tag "elemwise") follows, as the
@@ -26,6 +27,10 @@ __all__ = ["pad_nchw", "pad_spatial", "conv2d_nchw", "conv2d_nhwc", "conv2d_layo
 PAD_TAG = "injective.pad"
 DATA_LAYOUTS = ("NCHW", "NHWC")
 KERNEL_LAYOUTS = ("OIHW", "HWIO", "OHWI")
+PHASE_MIN_OUTPUTS_PER_INPUT = 8
+"""A strided NCHW conv reads its input split into column phases (one more pass over the input)
+when each input channel feeds at least this many output channels; a depthwise conv reads each
+input a few times only, and gathering costs it less than the extra pass."""
 
 
 def pad_spatial(data: te.Tensor, padding: tuple[int, int, int, int], layout: str = "NCHW",
@@ -107,7 +112,7 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
     accumulate = out_dtype or accumulate_dtype(data.dtype)
     padded_tensor = pad_spatial(data, padding, data_layout)
     phased = None
-    if data_layout == "NCHW" and stride_w > 1:
+    if data_layout == "NCHW" and stride_w > 1 and out_channels // groups >= PHASE_MIN_OUTPUTS_PER_INPUT:
         phased = _split_width_phases(padded_tensor, stride_w)
     else:
         padded = _reader(padded_tensor, data_layout, "NCHW")

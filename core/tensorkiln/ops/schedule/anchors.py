@@ -97,14 +97,24 @@ NHWC_MAX_TILE_WIDTH = 14
 def _nhwc_tile(out_width: int, out_channels: int, lanes: int) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile.
 
-    Channels: two vectors when they divide the channels, else one (or the largest divisor
+    Channels: one or two vectors when they divide the channels (else the largest divisor
     of the channels below a vector). Positions: the largest divisor of the output width
-    that keeps the accumulators within NHWC_MAX_ACCUMULATORS vectors, so no tile has a tail.
+    within NHWC_MAX_TILE_WIDTH whose accumulators fit in NHWC_MAX_ACCUMULATORS vectors, so
+    no tile has a tail. Of the two, the tile with more accumulators wins (two vectors on a
+    tie: each broadcast input then feeds two FMAs): a 13-wide output gets 13 x 1 vectors
+    rather than 1 x 2, whose two accumulators would leave the FMA units waiting.
     """
-    vectors = 2 if out_channels % (2 * lanes) == 0 else 1
-    channel_block = lanes * vectors if out_channels % lanes == 0 else divisor_at_most(out_channels, lanes)
-    width_limit = min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS // vectors)
-    return divisor_at_most(out_width, width_limit), channel_block
+    if out_channels % lanes:
+        block = divisor_at_most(out_channels, lanes)
+        return divisor_at_most(out_width, min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS)), block
+    best = (0, 0, 0)
+    for vectors in (1, 2):
+        if out_channels % (vectors * lanes):
+            continue
+        width = divisor_at_most(out_width, min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS // vectors))
+        best = max(best, (width * vectors, vectors, width))
+    _, vectors, width = best
+    return width, vectors * lanes
 
 
 def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
