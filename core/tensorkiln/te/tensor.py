@@ -143,8 +143,9 @@ def reduce_axis(dom, name: str = "rv") -> IterVar:
         extent = hi
     else:
         extent = n.Sub(n.as_expr(hi), n.as_expr(lo))
-    if isinstance(extent, int) and extent <= 0:
-        raise ShapeError(f"te.reduce_axis {name}: empty range ({lo}, {hi})")
+    if isinstance(extent, int) and extent < 0:
+        raise ShapeError(f"te.reduce_axis {name}: range ({lo}, {hi}) has a negative extent")
+    # An empty range is legal: the reduction yields its identity (ONNX ReduceSum over an empty axis).
     return IterVar(name, n.Var(name), Range(lo, extent), "reduce")
 
 
