@@ -102,7 +102,10 @@ def _left_shift(a, b):
     a, b = te.cast(a, wide), te.cast(b, wide)
     # 2**(bits-1) may not fit `wide` (int64): shift by bits-2 and double
     top = a * const_like(1 << (bits - 2), wide) * const_like(2, wide)
-    return te.cast(select(b.equal(const_like(bits - 1, wide)), top, a * _power_of_two(b, wide, bits)), dtype)
+    shifted = select(b.equal(const_like(bits - 1, wide)), top, a * _power_of_two(b, wide, bits))
+    # numpy semantics: a shift by >= the width, or by a negative amount, gives 0
+    out_of_range = n.Or(b >= const_like(bits, wide), b < const_like(0, wide))
+    return te.cast(select(out_of_range, const_like(0, wide), shifted), dtype)
 
 
 def _right_shift(a, b):
@@ -111,7 +114,9 @@ def _right_shift(a, b):
     a, b = te.cast(a, wide), te.cast(b, wide)
     sign_fill = select(a < 0, const_like(-1, wide), const_like(0, wide))
     shifted = n.FloorDiv(a, te.max(_power_of_two(b, wide, bits), const_like(1, wide)))
-    return te.cast(select(b.equal(const_like(bits - 1, wide)), sign_fill, shifted), dtype)
+    # numpy semantics: a shift by >= width - 1, or by a negative amount, leaves only the sign
+    saturated = n.Or(b >= const_like(bits - 1, wide), b < const_like(0, wide))
+    return te.cast(select(saturated, sign_fill, shifted), dtype)
 
 
 BINARY_EXPRESSIONS: dict[str, Callable] = {
