@@ -5,11 +5,16 @@
 Initializers become Constants; Constant, Shape of static tensors, ConstantOfShape
 and any node whose inputs are all constant are evaluated at import time with the
 ops' numpy references, so Reshape/Expand/Slice/... get static parameters.
+An op without a converter that is an ONNX function (a schema with a function body,
+such as Attention or RMSNormalization, or a model-local function) is expanded into
+its body's nodes, recursively (see functions.py).
 """
 from __future__ import annotations
 
+import itertools
 import os
-from typing import Any, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
 
 import numpy as np
 
@@ -18,11 +23,22 @@ from ...graph.types import TensorType, TupleType
 from ...ir.dtypes import from_numpy
 from ...ir.errors import DTypeError, FrontendError, TensorkilnError, UnsupportedOpError
 from .converters import CONVERTERS
+from .functions import function_for, function_key, has_function, inline, static_body
 from .node import OnnxNode
 
 __all__ = ["from_onnx", "supported_ops"]
 
 _MIN_OPSET = 1
+_MAX_FUNCTION_DEPTH = 32  # function bodies that expand into themselves stop here
+
+
+@dataclass
+class _Context:
+    """What converting a node needs besides its inputs: the model's local functions (by
+    (domain, name)) and a counter that keeps inlined names unique."""
+
+    local_functions: dict[tuple[str, str], Any]
+    counter: Iterator[int] = field(default_factory=itertools.count)
 
 
 def supported_ops() -> list[str]:
@@ -43,7 +59,8 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
     model = _load(model_or_path)
     import onnx
     graph = model.graph
-    opset = _default_opset(model)
+    opsets = _opsets(model)
+    context = _Context({function_key(f.domain, f.name): f for f in model.functions})
     shape = dict(shape or {})
     values: dict[str, Expr] = {}
     for tensor in graph.initializer:
@@ -65,9 +82,9 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
         param = _input_var(value_info, shape.get(value_info.name), _input_dtype(dtype, value_info.name))
         values[value_info.name] = param
         params.append(param)
-    _check_supported(graph.node)
+    _check_supported(graph.node, opsets, context)
     for onnx_node in graph.node:
-        _convert_node(onnx_node, values, opset, onnx)
+        _convert_node(onnx_node, values, opsets, context, onnx)
     outputs = []
     for output in graph.output:
         if output.name not in values:
@@ -104,6 +121,13 @@ def _load(model_or_path: Any):
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise FrontendError("the ONNX model has no graph (empty, truncated or not an ONNX file)")
     return model
+
+
+def _opsets(model) -> dict[str, int]:
+    """The model's opset version by domain; the default domain is "" (also for "ai.onnx")."""
+    opsets = {entry.domain: entry.version for entry in model.opset_import if entry.domain not in ("", "ai.onnx")}
+    opsets[""] = _default_opset(model)
+    return opsets
 
 
 def _default_opset(model) -> int:
@@ -171,16 +195,35 @@ def _input_var(value_info, bound_shape, dtype_override: str | None) -> Var:
     return Var(value_info.name, TensorType(tuple(dims), dtype))
 
 
-def _check_supported(nodes) -> None:
+def _op_key(node) -> str:
+    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
+
+
+def _check_supported(nodes, opsets: dict[str, int], context: _Context, where: str = "") -> None:
+    """Raise one UnsupportedOpError listing every op type in `nodes` that neither has a
+    converter nor expands (through function bodies known without input types) into
+    supported ops. Context-dependent bodies are checked when they are built."""
     missing: dict[str, list[str]] = {}
-    for node in nodes:
-        key = node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-        if key not in CONVERTERS:
-            missing.setdefault(key, []).append(node.name or f"<unnamed {node.op_type}>")
+    for node, label in _unsupported_nodes(nodes, opsets, context, 0):
+        missing.setdefault(_op_key(node), []).append(label)
     if missing:
         listing = "; ".join(f"{op} (nodes: {', '.join(names[:5])}{', ...' if len(names) > 5 else ''})"
                             for op, names in sorted(missing.items()))
-        raise UnsupportedOpError(f"the ONNX model uses {len(missing)} unsupported op type(s): {listing}")
+        raise UnsupportedOpError(f"the ONNX model uses {len(missing)} unsupported op type(s){where}: {listing}")
+
+
+def _unsupported_nodes(nodes, opsets: dict[str, int], context: _Context, depth: int):
+    for node in nodes:
+        label = node.name or f"<unnamed {node.op_type}>"
+        if _op_key(node) in CONVERTERS:
+            continue
+        if depth >= _MAX_FUNCTION_DEPTH or not has_function(node, opsets, context.local_functions):
+            yield node, label
+            continue
+        body = static_body(node, opsets, context.local_functions)
+        if body is not None:
+            for inner, inner_label in _unsupported_nodes(body.proto.node, body.opsets, context, depth + 1):
+                yield inner, f"{label}/{inner_label}"
 
 
 def _attributes(node, onnx) -> dict[str, Any]:
@@ -200,7 +243,8 @@ def _attributes(node, onnx) -> dict[str, Any]:
     return attrs
 
 
-def _convert_node(onnx_node, values: dict[str, Expr], opset: int, onnx) -> None:
+def _convert_node(onnx_node, values: dict[str, Expr], opsets: dict[str, int], context: _Context, onnx,
+                  depth: int = 0) -> None:
     inputs: list[Expr | None] = []
     for name in onnx_node.input:
         if not name:
@@ -211,10 +255,14 @@ def _convert_node(onnx_node, values: dict[str, Expr], opset: int, onnx) -> None:
             raise FrontendError(f"ONNX node {onnx_node.name!r} ({onnx_node.op_type}) reads {name!r}, which no "
                                 "node, initializer or graph input produces (the graph is malformed or not "
                                 "topologically sorted)")
+    if _op_key(onnx_node) not in CONVERTERS:
+        _expand_function(onnx_node, inputs, values, opsets, context, onnx, depth)
+        return
+    opset = opsets[""]
     node = OnnxNode(onnx_node.op_type, onnx_node.name, inputs, _attributes(onnx_node, onnx), opset,
                     len(onnx_node.output), list(onnx_node.output))
     try:
-        result = CONVERTERS[onnx_node.op_type](node)
+        result = CONVERTERS[_op_key(onnx_node)](node)
     except TensorkilnError:
         raise
     except Exception as error:
@@ -230,6 +278,39 @@ def _convert_node(onnx_node, values: dict[str, Expr], opset: int, onnx) -> None:
         if index >= len(result) or result[index] is None:
             raise node.unsupported(f"output {index} ({name!r}) is not supported")
         values[name] = result[index]
+
+
+def _expand_function(onnx_node, inputs: list[Expr | None], values: dict[str, Expr], opsets: dict[str, int],
+                     context: _Context, onnx, depth: int) -> None:
+    """Convert a function op by inlining its body's nodes (each converted, or expanded in turn)."""
+    label = f"ONNX node {onnx_node.name or '<unnamed>'!r} ({_op_key(onnx_node)})"
+    input_types = [None if value is None else value.checked_type for value in inputs]
+    body = None
+    if depth < _MAX_FUNCTION_DEPTH and all(t is None or isinstance(t, TensorType) for t in input_types):
+        try:
+            body = function_for(onnx_node, opsets, context.local_functions, input_types)
+        except TensorkilnError:
+            raise
+        except Exception as error:  # onnx raises plain exceptions for attributes its builder rejects
+            raise UnsupportedOpError(f"{label}: onnx could not build its function body: "
+                                     f"{type(error).__name__}: {_first_line(error)}") from None
+    if depth >= _MAX_FUNCTION_DEPTH:
+        raise UnsupportedOpError(f"{label}: function bodies nest deeper than {_MAX_FUNCTION_DEPTH} levels "
+                                 "(a function that expands into itself?)")
+    if body is None:
+        raise UnsupportedOpError(f"{label} has no converter and no function body to expand")
+    prefix = f"{onnx_node.name or onnx_node.op_type}/{next(context.counter)}/"
+    nodes = inline(onnx_node, body, prefix)
+    _check_supported(nodes, body.opsets, context, f" (in the function body of {label})")
+    for inner in nodes:
+        _convert_node(inner, values, body.opsets, context, onnx, depth + 1)
+    for index, name in enumerate(onnx_node.output):
+        if name and name not in values:
+            raise UnsupportedOpError(f"{label}: its function body does not compute output {index} ({name!r})")
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
 
 
 def _item(value: Expr, index: int) -> Expr:
