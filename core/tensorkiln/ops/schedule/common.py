@@ -141,6 +141,11 @@ def schedule_injective_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
         return
     if can_parallel(target) and total >= PARALLEL_MIN_WORK:
         loops = outer_axes + ([inner_outer] if inner_outer is not None else [])
+        if inner_outer is axes[-1] and outer_axes and shape[-1] >= MAX_LANES:
+            # not vectorized (a transpose, a width without a lanes divisor): the innermost axis
+            # stays its own loop, so elements are not each recovered from the fused index
+            # with a division and a modulo per axis
+            loops = outer_axes
         fused = fuse_all(stage, loops)
         if fused is not None:
             stage.parallel(fused)
