@@ -91,7 +91,6 @@ def test_find_concurrent_levels_refuses_an_unordered_plan():
         find_concurrent_levels(reversed_plan)
 
 
-@pytest.mark.skipif(not tk.target("cpu_llvm").spec.is_available, reason="cpu_llvm codegen not available")
 def test_concurrent_execution_matches_the_reference():
     mod = inception(channels=4, size=8, blocks=2)
     data = random_input(mod.main.params[0])

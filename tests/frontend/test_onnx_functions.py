@@ -44,7 +44,6 @@ def test_attention_and_rms_normalization_expand_to_their_function_bodies():
     np.testing.assert_allclose(graph.evaluate(mod, feeds), expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.skipif(not tk.target("cpu_llvm").spec.is_available, reason="cpu_llvm codegen not available")
 def test_attention_and_rms_normalization_compile_for_cpu_llvm():
     from tensorkiln.onnx_backend import backend_for
     model = _attention_rms_model()

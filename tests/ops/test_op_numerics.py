@@ -37,7 +37,6 @@ def test_op_matches_reference_interpreted(name, index):
     assert_matches(op, run_op(op, case.inputs, case.attrs, "interpret"), case.inputs, case.attrs, case.atol)
 
 
-@pytest.mark.skipif(not llvm_available(), reason="the llvm target is not available in this environment")
 @pytest.mark.parametrize("name, index", _params("moderate", ALL_MODERATE_CASES))
 def test_op_matches_reference_compiled(name, index):
     op, case = get_op(name), cases_for(name, "moderate")[index]

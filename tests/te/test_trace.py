@@ -109,7 +109,6 @@ def test_tensorize_record_stores_the_intrinsic_by_name_and_replays_from_json():
     np.testing.assert_allclose(c, a @ b)
 
 
-@pytest.mark.skipif(not tk.target("llvm").spec.is_available, reason="the llvm target is not available here")
 def test_tensorize_replay_looks_the_intrinsic_up_on_the_target():
     s, _ = _tensorized(_gemm_intrinsic())
     fresh, _ = _matmul()

@@ -463,8 +463,6 @@ print("ok")
 """
 
 
-@pytest.mark.skipif(not tk.target("llvm").spec.is_available, reason="the llvm target is not available here")
-@pytest.mark.skipif(not hasattr(mmap, "PROT_READ"), reason="needs POSIX mmap and mprotect")
 def test_padded_read_at_the_edge_of_an_allocation_stays_in_bounds_on_llvm():
     """cpu_llvm evaluates both sides of a Select; an unpredicated A[i - 1] read A[-1] (a crash here)."""
     done = subprocess.run([sys.executable, "-c", _GUARDED_PADDING], capture_output=True, text=True, timeout=120)

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from ..ir.errors import ArtifactError
+from ..ir.errors import ArtifactError, TargetError
 from ..sdk.codegen import Artifact, KernelFunction, LoadedModule
 
 __all__ = ["Module", "TimeResult", "load_module"]
@@ -97,7 +97,7 @@ class Module:
         """Threads for this module's parallel loops (0 = all cores), where the loader supports it."""
         setter = getattr(self.loaded, "set_num_threads", None)
         if setter is None:
-            raise NotImplementedError(f"{type(self.loaded).__name__} has no thread setting")
+            raise TargetError(f"target {self.target} has no thread setting ({type(self.loaded).__name__} has no set_num_threads)")
         setter(count)
 
     def __repr__(self) -> str:
