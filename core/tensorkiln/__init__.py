@@ -24,7 +24,7 @@ _LAZY = {
     "ops": ("tensorkiln.ops", None),
     "runtime": ("tensorkiln.runtime", None),
     "conformance": ("tensorkiln.conformance", None),
-    "lower": ("tensorkiln.tir.lower", "lower"),
+    "lower": ("tensorkiln.te.lower", "lower"),
     "build": ("tensorkiln.build_module", "build"),
     "compile": ("tensorkiln.compiler", "compile"),
     "onnx_backend": ("tensorkiln.onnx_backend", None),

@@ -1,6 +1,6 @@
 """build_module.py: `tensorkiln.build`: a te schedule or tir PrimFuncs -> a runtime.Module loaded on the target.
 
-    f = tk.build(s, [A, B, C], target="llvm", name="gemm")   # lowers with tensorkiln.tir.lower
+    f = tk.build(s, [A, B, C], target="llvm", name="gemm")   # lowers with tensorkiln.te.lower
     f = tk.build(prim_func, target="llvm")                    # or [prim_func, ...]
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ def _prim_funcs(sch_or_funcs: Any, args: Sequence[Any] | None, name: str) -> lis
     if args is None:
         raise TensorkilnError("build: a schedule needs its argument tensors, e.g. "
                               "tk.build(s, [A, B, C], target='llvm')")
-    from .tir.lower import lower
+    from .te.lower import lower
 
     return [lower(sch_or_funcs, list(args), name=name)]
 
@@ -33,7 +33,7 @@ def _prim_funcs(sch_or_funcs: Any, args: Sequence[Any] | None, name: str) -> lis
 def build(sch_or_funcs: Any, args: Sequence[Any] | None = None, target: Any = "llvm", name: str = "main") -> Module:
     """Compile and load kernels for `target`; returns a Module whose call runs kernel `name`.
 
-    `sch_or_funcs` is a te.Schedule (lowered with `args` by `tensorkiln.tir.lower`),
+    `sch_or_funcs` is a te.Schedule (lowered with `args` by `tensorkiln.te.lower`),
     a tir.PrimFunc, or a list of PrimFuncs. The target's emitter produces an
     Artifact (`module.artifact`), its runtime loader loads it.
     """

@@ -31,7 +31,7 @@ def run_schedule(s, inputs: list, outputs: list, arrays: list[np.ndarray], backe
     """Run schedule `s` on `arrays`; returns fresh output arrays."""
     results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
     if backend == "interpret":
-        tir.interpret(tir.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
+        tir.interpret(te.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
     else:
         tk.build(s, [*inputs, *outputs], target=LLVM, name="kernel")(*arrays, *results)
     return results

@@ -66,7 +66,7 @@ def _op_outputs(name: str, arrays, attrs):
 
 def _interpret(s, inputs, outputs, arrays):
     results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
-    tir.interpret(tir.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
+    tir.interpret(te.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
     return results
 
 
@@ -119,7 +119,7 @@ def test_dense_without_room_in_shared_memory_falls_back_to_one_thread_per_output
 def _allocations(s, args) -> dict[str, int]:
     """{buffer name: elements} of the allocations in the lowered function."""
     import re
-    text = str(tir.lower(s, args, name="kernel"))
+    text = str(te.lower(s, args, name="kernel"))
     found = re.findall(r"allocate ([\w.]+): \w+\[([\d, ]+)\]", text)
     return {name: int(np.prod([int(d) for d in dims.split(",")])) for name, dims in found}
 
@@ -259,7 +259,7 @@ def opencl_program():
         try:
             inputs, outputs = _op_outputs(name, case.inputs, case.attrs)
             s = get_op(name).schedule(outputs, OPENCL)
-            lowered[(name, index)] = (tir.lower(s, [*inputs, *outputs], name=_kernel_name(name, index)), outputs)
+            lowered[(name, index)] = (te.lower(s, [*inputs, *outputs], name=_kernel_name(name, index)), outputs)
         except Exception as error:  # reported by the test of that case
             failures[(name, index)] = error
     try:

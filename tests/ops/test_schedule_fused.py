@@ -58,7 +58,7 @@ def test_fused_conv_group_inlines_epilogue_and_accumulates_per_tile():
     assert stages["T_bias_add"].attach_type == "inline"
     assert stages["T_relu"].attach_type == "inline"
     assert stages["T_conv2d"].attach_type == "scope" and stages["T_conv2d"].attach_stage is s[out]
-    func = tir.lower(s, [*inputs, out])
+    func = te.lower(s, [*inputs, out])
     kinds = {loop.kind for loop in _loops(func)}
     assert tir.ForKind.PARALLEL in kinds
     assert "T_bias_add" not in str(func) and "T_relu" not in str(func)  # never materialized
@@ -108,7 +108,7 @@ def test_vector_lanes_come_from_capabilities():
 
 def test_scalar_single_thread_target_gets_no_vector_or_parallel_loops():
     inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
-    func = tir.lower(schedule_fused([out], _fake_target(0, 1)), [*inputs, out])
+    func = te.lower(schedule_fused([out], _fake_target(0, 1)), [*inputs, out])
     kinds = {loop.kind for loop in _loops(func)}
     assert tir.ForKind.PARALLEL not in kinds and tir.ForKind.VECTORIZED not in kinds
     assert "ramp" not in str(func)
@@ -116,5 +116,5 @@ def test_scalar_single_thread_target_gets_no_vector_or_parallel_loops():
 
 def test_wide_vector_target_vectorizes_the_conv_tile():
     inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
-    func = tir.lower(schedule_fused([out], _fake_target(256, 0)), [*inputs, out])
+    func = te.lower(schedule_fused([out], _fake_target(256, 0)), [*inputs, out])
     assert "ramp" in str(func)

@@ -7,7 +7,7 @@ from .strategies import make_workload, scheduled_cases
 
 
 def _run(case):
-    func = tir.lower(case.schedule, case.args)
+    func = te.lower(case.schedule, case.args)
     outputs = case.fresh_outputs()
     tir.interpret(func, *case.inputs, *outputs)
     case.check(outputs)
@@ -41,9 +41,9 @@ def test_scheduled_cache_stages_match_numpy(case):
 @given(case=scheduled_cases(caches=True))
 @settings(max_examples=15, deadline=None, derandomize=True)
 def test_trace_replay_gives_the_same_loop_nest(case):
-    func = tir.lower(case.schedule, case.args)
+    func = te.lower(case.schedule, case.args)
     fresh = make_workload(case.workload.kind, case.workload.params)
     s2 = te.create_schedule([t.op for t in fresh.outputs])
     te.replay(case.trace, s2)
     assert s2.trace == case.trace
-    tir.assert_structural_equal(func, tir.lower(s2, fresh.args))
+    tir.assert_structural_equal(func, te.lower(s2, fresh.args))

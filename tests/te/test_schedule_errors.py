@@ -156,7 +156,7 @@ def test_compute_at_an_axis_split_afterwards():
     s[B].compute_at(s[C], C.op.axis[0])
     s[C].split(C.op.axis[0], factor=2)
     with pytest.raises(ScheduleError, match=r"compute_at of stage B at C.i: axis i is no longer a loop of C"):
-        tir.lower(s, [A, C])
+        te.lower(s, [A, C])
 
 
 def test_compute_at_a_stage_that_does_not_read_it():
@@ -167,7 +167,7 @@ def test_compute_at_a_stage_that_does_not_read_it():
     s = te.create_schedule(D.op)
     s[B].compute_at(s[C], C.op.axis[0])
     with pytest.raises(ScheduleError, match=r"compute_at of stage B at C.i: stage D also reads B but is not computed inside C"):
-        tir.lower(s, [A, D])
+        te.lower(s, [A, D])
 
 
 def test_placeholder_has_no_stage(mm):
@@ -199,13 +199,13 @@ def test_storage_align_bad_offset(mm):
 def test_lower_needs_every_placeholder_in_args(mm):
     A, B, C, s = mm
     with pytest.raises(ScheduleError, match=r"placeholder B is read but not in args"):
-        tir.lower(s, [A, C])
+        te.lower(s, [A, C])
 
 
 def test_lower_needs_the_outputs_in_args(mm):
     A, B, C, s = mm
     with pytest.raises(ScheduleError, match=r"output C is not in args"):
-        tir.lower(s, [A, B])
+        te.lower(s, [A, B])
 
 
 def test_tensorize_onto_a_different_expression(mm):
@@ -253,7 +253,7 @@ def test_tensorize_needs_unit_stride_in_the_last_tile_dimension(mm):
     s[C].tensorize(ii, gemm())
     with pytest.raises(ScheduleError, match=r"the last tile dimension of A.global has stride 2, but intrinsics need "
                                             r"stride 1"):
-        tir.lower(s, [A, B, C])
+        te.lower(s, [A, B, C])
 
 
 def test_tensorize_needs_a_tensor_intrin(mm):

@@ -67,7 +67,7 @@ SEEDS = [schedule_unroll, schedule_cache, schedule_parallel, schedule_tensorize]
 @pytest.mark.parametrize("make_schedule", SEEDS, ids=lambda f: f.__name__)
 def test_seed_example_matches_numpy(make_schedule):
     A, B, C = matmul(64)
-    func = tir.lower(make_schedule(A, B, C), [A, B, C], name="gemm")
+    func = te.lower(make_schedule(A, B, C), [A, B, C], name="gemm")
     rng = np.random.default_rng(0)
     a, b = rng.random((64, 64), dtype="float32"), rng.random((64, 64), dtype="float32")
     c = np.zeros((64, 64), "float32")
@@ -79,14 +79,14 @@ def test_seed_example_matches_numpy(make_schedule):
 def test_seed_example_lowers_quickly_at_1024(make_schedule):
     A, B, C = matmul(1024)
     start = time.perf_counter()
-    func = tir.lower(make_schedule(A, B, C), [A, B, C], name="gemm")
+    func = te.lower(make_schedule(A, B, C), [A, B, C], name="gemm")
     assert time.perf_counter() - start < 5.0   # guards against unrolling 1024x1024 copies
     assert [p.name for p in func.params] == ["A", "B", "C"]
 
 
 def test_unroll_of_large_loops_keeps_unrolled_for():
     A, B, C = matmul(1024)
-    func = tir.lower(schedule_unroll(A, B, C), [A, B, C])
+    func = te.lower(schedule_unroll(A, B, C), [A, B, C])
     outer = func.body
     assert isinstance(outer, tir.For) and outer.kind is tir.ForKind.UNROLLED
     assert outer.body.kind is tir.ForKind.UNROLLED
@@ -94,13 +94,13 @@ def test_unroll_of_large_loops_keeps_unrolled_for():
 
 def test_parallel_marks_both_loops():
     A, B, C = matmul(64)
-    func = tir.lower(schedule_parallel(A, B, C), [A, B, C])
+    func = te.lower(schedule_parallel(A, B, C), [A, B, C])
     assert func.body.kind is tir.ForKind.PARALLEL and func.body.body.kind is tir.ForKind.PARALLEL
 
 
 def test_cache_stages_allocate_in_their_scopes():
     A, B, C = matmul(64)
-    func = tir.lower(schedule_cache(A, B, C), [A, B, C])
+    func = te.lower(schedule_cache(A, B, C), [A, B, C])
     scopes = {}
     stmt = func.body
     while isinstance(stmt, tir.Allocate):
@@ -113,7 +113,7 @@ def test_cache_stages_allocate_in_their_scopes():
 
 def test_tensorize_emits_one_call_per_tile():
     A, B, C = matmul(64)
-    func = tir.lower(schedule_tensorize(A, B, C), [A, B, C])
+    func = te.lower(schedule_tensorize(A, B, C), [A, B, C])
     calls = []
 
     def visit(stmt):

@@ -28,7 +28,7 @@ def test_same_named_stages_are_unique_and_the_trace_names_each_once():
     A2, B2, C2 = fused_adds()
     s2 = te.replay(s.trace, te.create_schedule(C2.op))
     assert s2[B2].attach_stage is s2[C2]
-    tir.assert_structural_equal(tir.lower(s, [A, C]), tir.lower(s2, [A2, C2]))
+    tir.assert_structural_equal(te.lower(s, [A, C]), te.lower(s2, [A2, C2]))
 
 
 def test_cache_stage_names_stay_unique():
@@ -54,7 +54,7 @@ def test_trace_round_trips_through_json_and_replays():
     assert records == s.trace
     A2, B2, C2 = fused_adds()
     s2 = te.replay(json.loads(text), te.create_schedule(C2.op))   # dicts replay too
-    tir.assert_structural_equal(tir.lower(s, [A, C]), tir.lower(s2, [A2, C2]))
+    tir.assert_structural_equal(te.lower(s, [A, C]), te.lower(s2, [A2, C2]))
 
 
 def test_replay_error_names_the_record():
@@ -98,21 +98,21 @@ def test_tensorize_record_stores_the_intrinsic_by_name_and_replays_from_json():
                                     "intrin_name": "gemm_accelerator"}
     fresh, (A2, B2, C2) = _matmul()
     with pytest.raises(ScheduleError, match=r"record 1 .*holds only the intrinsic's name 'gemm_accelerator'; "
-                                            r"pass target="):
+                                            r"pass intrinsics="):
         te.replay(te.trace.from_json(text), fresh)
     fresh, (A2, B2, C2) = _matmul()
     te.replay(te.trace.from_json(text), fresh, intrinsics={"gemm_accelerator": intrin})
-    func = tir.lower(fresh, [A2, B2, C2])
+    func = te.lower(fresh, [A2, B2, C2])
     a, b = np.eye(8, dtype="float32") * 2, np.arange(64, dtype="float32").reshape(8, 8)
     c = np.zeros((8, 8), "float32")
     tir.interpret(func, a, b, c)
     np.testing.assert_allclose(c, a @ b)
 
 
-def test_tensorize_replay_looks_the_intrinsic_up_on_the_target():
+def test_tensorize_replay_picks_the_intrinsic_from_a_targets_list():
     s, _ = _tensorized(_gemm_intrinsic())
     fresh, _ = _matmul()
-    te.replay(te.trace.from_json(te.trace.to_json(s.trace)), fresh, target="llvm")
+    te.replay(te.trace.from_json(te.trace.to_json(s.trace)), fresh, intrinsics=tk.intrinsics("llvm"))
     inner = fresh["C"].leaf_iter_vars[1]
     assert inner.name == "i.inner"
     assert fresh["C"].iter_attrs[inner].tensorize.name == "gemm_accelerator"

@@ -22,7 +22,7 @@ def test_out_of_bounds_store_is_reported():
 def test_arguments_are_checked():
     A = te.placeholder((4,), name="A")
     B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     with pytest.raises(ShapeError, match=r"argument A has shape \(3,\), expected \(4,\)"):
         tir.interpret(func, np.zeros(3, "float32"), np.zeros(4, "float32"))
     with pytest.raises(DTypeError, match=r"argument A has dtype float64, expected float32"):
@@ -34,7 +34,7 @@ def test_arguments_are_checked():
 def test_padding_reads_are_predicated_so_the_eager_select_stays_in_bounds():
     A = te.placeholder((4,), name="A")
     B = te.compute((6,), lambda i: te.if_then_else(tir.And(i >= 1, i < 5), A[i - 1], 0.0), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = np.arange(4, dtype="float32") + 1
     b = np.zeros(6, "float32")
     tir.interpret(func, a, b)
@@ -78,7 +78,7 @@ def test_trig_and_log_functions_run(fn, ref):
     assert fn.__name__ in te.MATH_FUNCTIONS
     A = te.placeholder((7,), name="A")
     B = te.compute((7,), lambda i: fn(A[i]), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = np.linspace(0.05, 0.95, 7, dtype="float32")
     b = np.zeros(7, "float32")
     tir.interpret(func, a, b)
@@ -88,7 +88,7 @@ def test_trig_and_log_functions_run(fn, ref):
 def test_round_is_half_to_even_like_numpy():
     A = te.placeholder((8,), name="A")
     B = te.compute((8,), lambda i: te.round(A[i]), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = np.array([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 2.4, -2.6], "float32")
     b = np.zeros(8, "float32")
     tir.interpret(func, a, b)
@@ -99,7 +99,7 @@ def test_round_is_half_to_even_like_numpy():
 def test_narrow_int_constants_wrap_instead_of_overflowing():
     A = te.placeholder((4,), "int8", name="A")
     B = te.compute((4,), lambda i: A[i] + te.const(100, "int8") + te.const(28, "int8"), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = np.array([0, 1, -1, 5], "int8")
     b = np.zeros(4, "int8")
     tir.interpret(func, a, b)
@@ -126,7 +126,7 @@ def test_deep_loop_nests_run():
     for axis in B.op.axis:
         s[B].split(axis, factor=1)
     s[B].pragma(s[B].leaf_iter_vars[0], "keep", 1)
-    func = tir.lower(s, [A, B], disabled=("remove_no_op",))
+    func = te.lower(s, [A, B], disabled=("remove_no_op",))
     a = np.random.default_rng(0).random(shape, dtype="float32")
     b = np.zeros(shape, "float32")
     tir.interpret(func, a, b)

@@ -46,7 +46,7 @@ def lower_group(function: Function, name: str, target) -> GroupKernel:
     """Build, schedule and lower one primitive function for `target`."""
     from .. import te
     from ..ops import strategy
-    from ..tir.lower import lower
+    from ..te.lower import lower
 
     tensors: dict[int, object] = {}
     placeholders = []

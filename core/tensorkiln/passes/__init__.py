@@ -1,9 +1,12 @@
 """Graph passes and the pass manager.
 
-Pipelines are data: `GRAPH_PIPELINE` lists the passes `tk.compile` runs, in order.
+Pipelines are data: `GRAPH_PIPELINE` lists the passes `tk.compile` runs, in order
+(the loop passes' pipeline is `tensorkiln.te.LOWER_PIPELINE`). One PassContext
+may name graph and loop passes alike.
 """
+from ..tir import passes as _loop_passes  # noqa: F401  (registers the loop passes a PassContext may name)
 from .manager import (
-    Pass, PassContext, PassInstrument, PassManager, PassTimingInstrument, PrintIRInstrument, Sequential,
+    Pass, PassContext, PassInstrument, PassManager, PassTimingInstrument, PrintIRInstrument,
     SkippedPass, VerifyInstrument, current_pass_context, get_pass, register_pass, registered_passes,
 )
 from .alter_layout import alter_layout
@@ -41,7 +44,7 @@ GRAPH_PIPELINE: tuple[str, ...] = (
 
 __all__ = [
     "Pass", "PassContext", "PassInstrument", "PassManager", "PassTimingInstrument", "PrintIRInstrument",
-    "Sequential", "SkippedPass", "VerifyInstrument", "current_pass_context", "get_pass", "register_pass",
+    "SkippedPass", "VerifyInstrument", "current_pass_context", "get_pass", "register_pass",
     "registered_passes", "fuse_ops", "group_each_op", "GRAPH_PIPELINE", "alter_layout", "cancel_layout_transforms",
     "eliminate_common_subexpr", "eliminate_dead_code", "fold_constants", "fold_scale_axis", "simplify_inference",
 ]

@@ -250,7 +250,7 @@ class Stage:
 
     def tensorize(self, axis, intrin) -> None:
         """Replace the loop nest from `axis` inward with a call of the tensor intrinsic."""
-        from ..tir.tensorize import match_tensorize
+        from .tensorize import match_tensorize
         from .tensor_intrin import TensorIntrin
         iv = self._axis(axis, "tensorize")
         if not isinstance(intrin, TensorIntrin):

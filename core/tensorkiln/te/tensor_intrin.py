@@ -9,7 +9,7 @@
     s[C].tensorize(ii, gemm)
 
 Lowering replaces the matched loop nest with
-`Evaluate(Call("void", name, args))`, args in this order (see tir/tensorize.py):
+`Evaluate(Call("void", name, args))`, args in this order (see te/tensorize.py):
   1. BufferPointer(buffer, flat index of the tile origin) for each input (in `inputs`
      order), then for the output;
   2. for the same buffers in the same order, the element stride (int64) of every tile
@@ -22,10 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..ir.errors import ShapeError
+from ..ir.errors import InternalError, ShapeError
 from ..tir import nodes as n
-from ..tir.visit import collect_vars
-from .tensor import ComputeOp, PlaceholderOp, Tensor
+from ..tir.arith import as_int, simplify_expr
+from ..tir.visit import collect_vars, rewrite, substitute
+from .expr import IterVar, Range, Reduce, TensorRead
+from .lower import lower
+from .schedule import create_schedule
+from .tensor import ComputeOp, PlaceholderOp, Tensor, placeholder
 
 __all__ = ["TensorIntrin", "decl_tensor_intrin"]
 
@@ -52,6 +56,50 @@ class TensorIntrin:
     def implementation(self, target: str):
         """The implementation object a plugin registered for `target` (KeyError if none)."""
         return self.implementations[target]
+
+    def instantiate(self, bindings: Mapping[n.Var, int]) -> tuple[n.PrimFunc, list[tuple[int, ...]]]:
+        """The description with its symbolic extents bound, lowered: (PrimFunc, shapes).
+
+        `bindings` maps each of `extent_vars` to an int; shapes are the inputs' then
+        the output's. The tir interpreter runs intrinsic calls with it.
+        """
+        bound = {v: n.IntImm(v.dtype, value) for v, value in bindings.items()}
+
+        def concrete(extent) -> int:
+            if isinstance(extent, int):
+                return extent
+            value = as_int(simplify_expr(substitute(n.as_expr(extent), bound)))
+            if value is None:
+                raise InternalError(f"intrinsic {self.name}: extent {extent} is not bound by {bindings}")
+            return value
+
+        new_inputs = {t: placeholder(tuple(concrete(s) for s in t.shape), t.dtype, t.name) for t in self.inputs}
+        mapping = {}
+        axes = []
+        for a in self.op.axis:
+            iv = IterVar(a.name, n.Var(a.name), Range(0, concrete(a.dom.extent)), "data")
+            mapping[a.var] = iv.var
+            axes.append(iv)
+
+        def retarget(x):
+            return TensorRead(new_inputs[x.tensor], x.indices) if isinstance(x, TensorRead) else None
+
+        body = self.op.body
+        if isinstance(body, Reduce):
+            reduce_axes = []
+            for r in body.axis:
+                iv = IterVar(r.name, n.Var(r.name), Range(concrete(r.dom.min), concrete(r.dom.extent)), "reduce")
+                mapping[r.var] = iv.var
+                reduce_axes.append(iv)
+            source = rewrite(substitute(body.source, mapping), pre=retarget)
+            condition = None if body.condition is None else rewrite(substitute(body.condition, mapping), pre=retarget)
+            body = Reduce(body.combiner, source, tuple(reduce_axes), condition)
+        else:
+            body = rewrite(substitute(body, mapping), pre=retarget)
+        out = ComputeOp(self.op.name, self.op.tag, tuple(axes), body).output(0)
+        inputs = [new_inputs[t] for t in self.inputs]
+        func = lower(create_schedule(out.op), [*inputs, out], name=self.name)
+        return func, [tuple(t.shape) for t in inputs] + [tuple(out.shape)]
 
     def __str__(self) -> str:
         return f"TensorIntrin({self.name}: {self.output.op.body})"

@@ -11,16 +11,17 @@ Stage names are unique within a schedule (te/schedule.py: a second `T_add` is
 `T_add.1`), so every record names exactly one stage. A trace stores as JSON:
 
     text = te.trace.to_json(s.trace)
-    te.replay(te.trace.from_json(text), s2, target="llvm")   # Tensorize looks its intrinsic up by name
+    # a Tensorize record holds its intrinsic's name; replay picks the intrinsic from these
+    te.replay(te.trace.from_json(text), s2, intrinsics=tk.intrinsics("llvm"))
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Iterable, Mapping
 
-from ..ir.errors import ScheduleError, TargetError
+from ..ir.errors import ScheduleError
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -183,8 +184,8 @@ class Tensorize(Record):
         intrin = self.intrin if self.intrin is not None else intrin
         if intrin is None:
             raise ScheduleError(f"replay Tensorize on stage {self.stage}: the record holds only the intrinsic's "
-                                f"name {self.intrin_name!r}; pass target= (looked up with tensorkiln.intrinsic) "
-                                "or intrinsics={name: intrin} to te.replay")
+                                f"name {self.intrin_name!r}; pass intrinsics= to te.replay: "
+                                "{name: intrin}, or a target's list from tensorkiln.intrinsics(target)")
         return s[self.stage].tensorize(self.axis, intrin)
 
 
@@ -252,31 +253,25 @@ def from_json(text: str) -> tuple[Record, ...]:
     return tuple(record_from_dict(item) for item in json.loads(text))
 
 
-def replay(trace, schedule: "Schedule", *, target=None, intrinsics: Mapping[str, object] | None = None) -> "Schedule":
+def replay(trace, schedule: "Schedule", *,
+           intrinsics: Mapping[str, object] | Iterable[object] | None = None) -> "Schedule":
     """Apply every record of `trace` to `schedule` (built on a fresh, same-named compute).
 
     Records may be Record objects or their `to_dict()` form. A Tensorize record that
-    holds only its intrinsic's name finds it in `intrinsics` ({name: TensorIntrin}) or
-    with `tensorkiln.intrinsic(name, target=target)`. A record that fails raises
-    ScheduleError naming its position and the record.
+    holds only its intrinsic's name finds it in `intrinsics`: a {name: TensorIntrin}
+    mapping, or intrinsics to pick from by name (`tensorkiln.intrinsics(target)` lists
+    a target's). A record that fails raises ScheduleError naming its position and
+    the record.
     """
+    by_name = dict(intrinsics) if isinstance(intrinsics, Mapping) else {i.name: i for i in intrinsics or ()}
     for position, record in enumerate(trace):
         if isinstance(record, Mapping):
             record = record_from_dict(record)
         try:
             if isinstance(record, Tensorize) and record.intrin is None:
-                record.apply(schedule, _find_intrinsic(record, target, intrinsics))
+                record.apply(schedule, by_name.get(record.intrin_name))
             else:
                 record.apply(schedule)
-        except (ScheduleError, TargetError) as error:
+        except ScheduleError as error:
             raise ScheduleError(f"replay: record {position} {record}: {error}") from error
     return schedule
-
-
-def _find_intrinsic(record: Tensorize, target, intrinsics):
-    if intrinsics and record.intrin_name in intrinsics:
-        return intrinsics[record.intrin_name]
-    if target is None:
-        return None   # Tensorize.apply explains what to pass
-    from ..target_lookup import intrinsic   # the plugin registry loads on first use only
-    return intrinsic(record.intrin_name, target=target)

@@ -1,6 +1,6 @@
 """tir/interpreter.py: the numpy reference interpreter for loop IR, the spec every backend meets.
 
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     a, b, c = ..., ..., np.zeros((64, 64), "float32")
     tir.interpret(func, a, b, c)      # fills c in place (and returns the arrays)
 
@@ -402,51 +402,7 @@ class _IntrinsicRunner:
     def _lowered(self, intrin, key, bindings):
         hit = self.lowered.get((intrin.name, key))
         if hit is None:
-            hit = _instantiate(intrin, bindings)
+            hit = intrin.instantiate(bindings)   # te.TensorIntrin: its description, lowered
             self.lowered[(intrin.name, key)] = hit
         return hit
 
-
-def _instantiate(intrin, bindings):
-    """Lower the intrinsic's description with its symbolic extents bound."""
-    from ..te import compute, create_schedule, placeholder
-    from ..te.expr import IterVar, Range, Reduce, TensorRead
-    from ..te.tensor import ComputeOp
-    from .arith import as_int, simplify_expr
-    from .lower import lower
-    from .visit import rewrite, substitute
-
-    bound = {v: n.IntImm(v.dtype, value) for v, value in bindings.items()}
-
-    def concrete(extent):
-        value = as_int(simplify_expr(substitute(n.as_expr(extent), bound))) if not isinstance(extent, int) else extent
-        if value is None:
-            raise InternalError(f"interpreter: extent {extent} of intrinsic {intrin.name} is not bound")
-        return value
-    new_inputs = {t: placeholder(tuple(concrete(s) for s in t.shape), t.dtype, t.name) for t in intrin.inputs}
-    op = intrin.op
-    mapping = {}
-    axes = []
-    for a in op.axis:
-        iv = IterVar(a.name, n.Var(a.name), Range(0, concrete(a.dom.extent)), "data")
-        mapping[a.var] = iv.var
-        axes.append(iv)
-    body = op.body
-    retarget = lambda x: TensorRead(new_inputs[x.tensor], x.indices) if isinstance(x, TensorRead) else None  # noqa: E731
-    if isinstance(body, Reduce):
-        raxes = []
-        for r in body.axis:
-            iv = IterVar(r.name, n.Var(r.name), Range(concrete(r.dom.min) if not isinstance(r.dom.min, int)
-                                                      else r.dom.min, concrete(r.dom.extent)), "reduce")
-            mapping[r.var] = iv.var
-            raxes.append(iv)
-        source = rewrite(substitute(body.source, mapping), pre=retarget)
-        cond = None if body.condition is None else rewrite(substitute(body.condition, mapping), pre=retarget)
-        body = Reduce(body.combiner, source, tuple(raxes), cond)
-    else:
-        body = rewrite(substitute(body, mapping), pre=retarget)
-    out = ComputeOp(op.name, op.tag, tuple(axes), body).output(0)
-    inputs = [new_inputs[t] for t in intrin.inputs]
-    func = lower(create_schedule(out.op), [*inputs, out], name=intrin.name)
-    shapes = [tuple(t.shape) for t in inputs] + [tuple(out.shape)]
-    return func, shapes

@@ -4,8 +4,8 @@ Every node is a small frozen dataclass. Nodes compare by identity (`eq=False`);
 `tensorkiln.tir.structural_equal` compares structure. Variables and buffers are
 identified by object identity, never by name, so two loops named `i` never clash.
 
-Indices into buffers are *flat* element offsets once lowering has run
-(`flatten_buffers`): codegen sees `Load(buf, index)` with one integer (or Ramp)
+Indices into buffers are *flat* element offsets: lowering (te/schedule_ops.py)
+emits them row-major, so codegen sees `Load(buf, index)` with one integer (or Ramp)
 index. Vector values carry dtypes like "float32x8".
 """
 from __future__ import annotations
@@ -156,7 +156,7 @@ class Select(PrimExpr):
     Emitters may compute both branches (cpu_llvm's `select`, every lane of vector code),
     and the interpreter does, so a branch must be safe to evaluate on its own: a Load
     that only `condition` keeps in bounds carries it as its `predicate` (lowering of
-    te.if_then_else does this; see tir/schedule_ops.py `predicate_select_loads`).
+    te.if_then_else does this; see te/schedule_ops.py `predicate_select_loads`).
     """
 
     condition: PrimExpr

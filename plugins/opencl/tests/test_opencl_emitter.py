@@ -196,7 +196,7 @@ def test_a_kernel_named_like_an_opencl_keyword_gets_another_symbol(build_and_loa
     from tensorkiln import te, tir
     A = te.placeholder((4,), name="A")
     B = te.compute((4,), lambda i: A[i] + 1.0, name="B")
-    module = build_and_load(tir.lower(te.create_schedule(B.op), [A, B], name="kernel"))
+    module = build_and_load(te.lower(te.create_schedule(B.op), [A, B], name="kernel"))
     assert "__kernel void kernel(" not in module.get_source()
     b = np.zeros(4, "float32")
     module.get_function("kernel")(np.arange(4, dtype="float32"), b)

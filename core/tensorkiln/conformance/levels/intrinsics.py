@@ -133,7 +133,7 @@ def _expected(parts: dict, arrays: list[np.ndarray]) -> np.ndarray:
     from ... import te, tir
 
     output = parts["output"]
-    func = tir.lower(te.create_schedule(output.op), [*parts["inputs"], output], name="reference")
+    func = te.lower(te.create_schedule(output.op), [*parts["inputs"], output], name="reference")
     out = np.zeros(tuple(output.shape), _np(output.dtype))
     tir.interpret(func, *arrays, out)
     return out

@@ -1,17 +1,14 @@
-"""Loop-level passes: pure functions PrimFunc -> PrimFunc, run by `tir.lower` in LOWER_PIPELINE order."""
+"""Loop-level passes: pure functions PrimFunc -> PrimFunc, registered in LOOP_PASSES.
+
+`te.lower` runs them in `te.LOWER_PIPELINE` order through a LoopPassManager, so a
+PassContext's instruments, verification and disabled passes apply to them.
+"""
 from .hoist_shared_allocations import hoist_shared_allocations
 from .remove_no_op import remove_no_op
 from .simplify import simplify
 from .unroll_loops import MAX_UNROLL_EXTENT, unroll_loops
 from .vectorize_loops import vectorize_loops
+from .registry import LOOP_PASSES, LoopPassManager, register_loop_pass
 
 __all__ = ["simplify", "unroll_loops", "vectorize_loops", "remove_no_op", "hoist_shared_allocations",
-           "MAX_UNROLL_EXTENT", "PASSES"]
-
-PASSES = {
-    "simplify": simplify,
-    "vectorize_loops": vectorize_loops,
-    "unroll_loops": unroll_loops,
-    "remove_no_op": remove_no_op,
-    "hoist_shared_allocations": hoist_shared_allocations,
-}
+           "MAX_UNROLL_EXTENT", "LOOP_PASSES", "LoopPassManager", "register_loop_pass"]

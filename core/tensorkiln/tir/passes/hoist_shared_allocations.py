@@ -7,11 +7,14 @@ from __future__ import annotations
 
 from .. import nodes as n
 from ..visit import rewrite
+from .registry import register_loop_pass
 
 __all__ = ["hoist_shared_allocations"]
 
 
+@register_loop_pass("hoist_shared_allocations")
 def hoist_shared_allocations(func: n.PrimFunc) -> n.PrimFunc:
+    """Move every "shared" Allocate to the top of the kernel body."""
     hoisted: list[n.Buffer] = []
 
     def post(x):

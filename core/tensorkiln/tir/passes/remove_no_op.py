@@ -4,6 +4,7 @@ from __future__ import annotations
 from .. import nodes as n
 from ..arith import as_int
 from ..visit import substitute
+from .registry import register_loop_pass
 
 __all__ = ["remove_no_op", "is_no_op"]
 
@@ -12,6 +13,7 @@ def is_no_op(stmt: n.Stmt) -> bool:
     return isinstance(stmt, n.SeqStmt) and not stmt.stmts
 
 
+@register_loop_pass("remove_no_op")
 def remove_no_op(func: n.PrimFunc) -> n.PrimFunc:
     """SeqStmts are flattened; loops, branches and allocations with nothing inside vanish;
     serial loops of extent 1 become their body."""

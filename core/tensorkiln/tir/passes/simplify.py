@@ -3,10 +3,12 @@ from __future__ import annotations
 
 from .. import nodes as n
 from ..arith import as_int, simplify_expr
+from .registry import register_loop_pass
 
 __all__ = ["simplify"]
 
 
+@register_loop_pass("simplify")
 def simplify(func: n.PrimFunc) -> n.PrimFunc:
     """Fold constants and index arithmetic; drop branches whose condition is known."""
     body = simplify_stmt(func.body, {})

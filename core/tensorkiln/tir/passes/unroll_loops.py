@@ -4,12 +4,14 @@ from __future__ import annotations
 from .. import nodes as n
 from ..arith import as_int
 from ..visit import rewrite, substitute
+from .registry import register_loop_pass
 
 __all__ = ["unroll_loops", "MAX_UNROLL_EXTENT"]
 
 MAX_UNROLL_EXTENT = 16
 
 
+@register_loop_pass("unroll_loops")
 def unroll_loops(func: n.PrimFunc, max_extent: int = MAX_UNROLL_EXTENT) -> n.PrimFunc:
     """An UNROLLED loop with constant extent <= max_extent becomes a SeqStmt of copies;
     a larger or symbolic one stays For(kind=UNROLLED) for the code emitter."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 from .. import nodes as n
 from ..arith import as_int, simplify_expr
 from ..visit import child_fields, rewrite, uses_var
+from .registry import register_loop_pass
 
 __all__ = ["vectorize_loops"]
 
@@ -19,7 +20,9 @@ class _CannotVectorize(Exception):
     pass
 
 
+@register_loop_pass("vectorize_loops")
 def vectorize_loops(func: n.PrimFunc) -> n.PrimFunc:
+    """VECTORIZED loops whose accesses are contiguous or invariant become vector statements."""
     def post(x):
         if isinstance(x, n.For) and x.kind is n.ForKind.VECTORIZED:
             return _vectorize_loop(x)

@@ -1,4 +1,4 @@
-"""tir/tensorize.py: match a stage's loop nest against a tensor intrinsic's description.
+"""te/tensorize.py: match a stage's loop nest against a tensor intrinsic's description.
 
 The loops from the tensorized axis inward form a tile. For every root axis of the
 stage the tile covers either one point, or a contiguous run made of the inner parts
@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..ir.errors import ScheduleError
-from . import nodes as n
-from .visit import child_fields, collect_vars
+from ..tir import nodes as n
+from ..tir.visit import child_fields, collect_vars
+from .expr import Reduce, TensorRead
+from .schedule import FuseRelation
 
 __all__ = ["TensorizeMatch", "match_tensorize", "leaf_extents"]
 
@@ -33,7 +35,6 @@ class TensorizeMatch:
 
 def leaf_extents(stage, root_extents: dict) -> dict:
     """Extent of every IterVar of the stage given its root extents (splits, fuses)."""
-    from ..te.schedule import FuseRelation
     ext = dict(root_extents)
     for rel in stage.relations:
         if isinstance(rel, FuseRelation):
@@ -54,7 +55,6 @@ def _fail(stage, axis, intrin, why) -> ScheduleError:
 
 
 def _tile_extents(stage, axis, intrin, ext, below_set):
-    from ..te.schedule import FuseRelation
     derived = {}
     for rel in stage.relations:
         if isinstance(rel, FuseRelation):
@@ -98,7 +98,6 @@ def _tile_extents(stage, axis, intrin, ext, below_set):
 
 def match_tensorize(stage, axis, intrin, body=None, root_extents: dict | None = None) -> TensorizeMatch:
     """Check that the nest of `stage` from `axis` inward computes `intrin`; raise ScheduleError if not."""
-    from ..te.expr import Reduce
     op = stage.op
     body = op.body if body is None else body
     if root_extents is None:
@@ -159,7 +158,6 @@ def match_tensorize(stage, axis, intrin, body=None, root_extents: dict | None = 
 
 
 def _match(d, s, var_map, tile_vars, tensor_map) -> bool:
-    from ..te.expr import TensorRead
     if isinstance(d, n.Var):
         return var_map.get(d, d) is s
     if isinstance(d, TensorRead):

@@ -1,4 +1,4 @@
-"""tir/schedule_ops.py: turn a te Schedule into one loop-nest statement.
+"""te/schedule_ops.py: turn a te Schedule into one loop-nest statement.
 
 Steps, in order:
   1. buffers: one parameter Buffer per argument tensor, one Allocate per other stage;
@@ -16,14 +16,14 @@ import math
 from dataclasses import dataclass, field
 
 from ..ir.errors import ScheduleError
-from ..te.expr import IterVar, Reduce, TensorRead
-from ..te.schedule import FuseRelation, Schedule, Stage
-from ..te.tensor import ComputeOp, PlaceholderOp, Tensor
-from . import nodes as n
-from .arith import as_int, const_bounds, simplify_expr
-from .bound import interval
+from ..tir import nodes as n
+from ..tir.arith import as_int, const_bounds, simplify_expr
+from ..tir.bound import interval
+from ..tir.visit import collect_vars, post_order_visit, rewrite, substitute
+from .expr import IterVar, Reduce, TensorRead
+from .schedule import FuseRelation, Schedule, Stage
+from .tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import leaf_extents, match_tensorize
-from .visit import collect_vars, post_order_visit, rewrite, substitute
 
 __all__ = ["ScheduleLowering", "effective_body", "predicate_select_loads"]
 

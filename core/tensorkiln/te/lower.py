@@ -1,19 +1,27 @@
-"""tir/lower.py: `lower(schedule, args)` -> PrimFunc, the te-to-loop-IR pipeline.
+"""te/lower.py: `lower(schedule, args)` -> tir.PrimFunc, the te-to-loop-IR pipeline.
 
     s = te.create_schedule(C.op)
-    func = tir.lower(s, [A, B, C], name="matmul")
+    func = te.lower(s, [A, B, C], name="matmul")     # also tk.lower
     print(func)
 
-The schedule becomes one loop nest (tir/schedule_ops.py: buffers, inlining, bound
-inference, loop nests, tensorize), then the loop passes run in LOWER_PIPELINE order.
+The schedule becomes one loop nest (te/schedule_ops.py: buffers, inlining, bound
+inference, loop nests, tensorize), then a LoopPassManager runs the loop passes in
+LOWER_PIPELINE order, so a PassContext's instruments (timing, IR dumps),
+verification and disabled passes apply to them as they do to graph passes.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Sequence
 
 from ..ir.errors import ScheduleError
-from . import nodes as n
-from .passes import PASSES
+from ..ir.pass_infra import PassContext
+from ..tir import nodes as n
+from ..tir.arith import as_int
+from ..tir.passes import LoopPassManager
+from ..tir.visit import post_order_visit
+from .schedule import Schedule
+from .schedule_ops import ScheduleLowering
 
 __all__ = ["lower", "LOWER_PIPELINE"]
 
@@ -28,15 +36,16 @@ LOWER_PIPELINE = (
 )
 
 
-def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[str] = ()) -> n.PrimFunc:
+def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[str] = (),
+          context: PassContext | None = None) -> n.PrimFunc:
     """Lower a te schedule to a PrimFunc whose params are `args` (te tensors) in order.
 
-    `disabled` names passes of LOWER_PIPELINE to skip (e.g. ("unroll_loops",)).
+    `context` (a PassContext) sets instruments, verification and disabled passes for
+    the loop passes; `disabled` names more passes of LOWER_PIPELINE to skip (e.g.
+    ("unroll_loops",)). Passes that did not run are recorded on the PrimFunc as
+    `func.attr("skipped_passes")`: ((name, reason), ...).
     Raises ScheduleError for schedules that cannot be lowered (names stage, axis, why).
     """
-    # te imports tir.nodes, so the te-dependent modules load on first use
-    from ..te.schedule import Schedule
-    from .schedule_ops import ScheduleLowering
     if not isinstance(schedule, Schedule):
         raise ScheduleError(f"lower: expected a te.Schedule (te.create_schedule(...)), got {type(schedule).__name__}")
     lowering = ScheduleLowering(schedule, list(args))
@@ -45,9 +54,14 @@ def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[st
     if lowering.intrinsics:
         attrs.append(("tensor_intrinsics", tuple(lowering.intrinsics)))
     func = n.PrimFunc(name, tuple(lowering.params), body, tuple(attrs))
-    for pass_name in LOWER_PIPELINE:
-        if pass_name not in disabled:
-            func = PASSES[pass_name](func)
+    context = context or PassContext()
+    if disabled:
+        context = dataclasses.replace(context, disabled=context.disabled | set(disabled))
+    manager = LoopPassManager(context)
+    func = manager.run(func, LOWER_PIPELINE)
+    if manager.skipped:
+        skipped = tuple((s.name, s.reason) for s in manager.skipped)
+        func = n.PrimFunc(func.name, func.params, func.body, (*func.attrs, ("skipped_passes", skipped)))
     threads = _thread_extents(func.body)
     if threads:
         func = n.PrimFunc(func.name, func.params, func.body, (*func.attrs, ("thread_extents", threads)))
@@ -56,8 +70,6 @@ def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[st
 
 def _thread_extents(stmt) -> tuple:
     """(tag, launch extent) for every bound GPU index: the largest extent bound to it."""
-    from .arith import as_int
-    from .visit import post_order_visit
     found: dict[str, int] = {}
 
     def fn(x):

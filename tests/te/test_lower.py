@@ -1,4 +1,5 @@
-"""tir.lower: loop nests from schedules, checked through tir.interpret and by IR shape."""
+"""te.lower: loop nests from schedules, checked through tir.interpret and by IR shape."""
+import io
 import mmap
 import subprocess
 import sys
@@ -8,6 +9,9 @@ import pytest
 
 import tensorkiln as tk
 from tensorkiln import te, tir
+from tensorkiln.ir.errors import InternalError
+from tensorkiln.passes import Pass, PassContext, PassTimingInstrument, PrintIRInstrument
+from tensorkiln.tir import LoopPassManager
 from tensorkiln.tir.visit import post_order_visit
 
 
@@ -55,12 +59,50 @@ def loads_of(node):
 def test_lower_is_exported_at_top_level():
     A, B, C = matmul(4)
     s = te.create_schedule(C.op)
-    assert tir.structural_equal(tk.lower(s, [A, B, C]), tir.lower(s, [A, B, C]))
+    assert tk.lower is te.lower
+    assert tir.structural_equal(tk.lower(s, [A, B, C]), te.lower(s, [A, B, C]))
+
+
+def _unrolled_matmul():
+    A, B, C = matmul(8)
+    s = te.create_schedule(C.op)
+    _, inner = s[C].split(C.op.axis[1], factor=4)
+    s[C].unroll(inner)
+    return s, [A, B, C]
+
+
+def test_loop_passes_run_through_the_pass_manager_with_instruments():
+    s, args = _unrolled_matmul()
+    stream, timing = io.StringIO(), PassTimingInstrument()
+    context = PassContext(verify=True, instruments=[timing, PrintIRInstrument(after=["unroll_loops"], stream=stream)])
+    func = te.lower(s, args, context=context)
+    assert set(timing.times) == set(te.LOWER_PIPELINE)
+    assert stream.getvalue().startswith("# IR after unroll_loops\n")
+    assert func.attr("skipped_passes") is None
+
+
+def test_disabled_loop_passes_are_recorded_on_the_func():
+    s, args = _unrolled_matmul()
+    func = te.lower(s, args, disabled=("unroll_loops",))
+    assert func.attr("skipped_passes") == (("unroll_loops", "disabled by PassContext"),)
+    assert any(loop.kind is tir.ForKind.UNROLLED for loop in collect(func.body, tir.For))
+    context = PassContext(disabled={"unroll_loops", "fold_constants"})   # one context names graph and loop passes
+    tir.assert_structural_equal(te.lower(s, args, context=context), func)
+
+
+def test_verify_catches_a_loop_pass_that_drops_a_loop():
+    s, args = _unrolled_matmul()
+
+    def drop_outer_loop(func):
+        return tir.PrimFunc(func.name, func.params, func.body.body, func.attrs)
+
+    with pytest.raises(InternalError, match=r"pass 'drop_outer_loop' produced invalid IR: .*unbound variables"):
+        LoopPassManager(PassContext(verify=True)).run(te.lower(s, args), (Pass("drop_outer_loop", drop_outer_loop),))
 
 
 def test_params_are_the_args_in_order():
     A, B, C = matmul(4, m=3, k=5)
-    func = tir.lower(te.create_schedule(C.op), [B, A, C], name="mm")
+    func = te.lower(te.create_schedule(C.op), [B, A, C], name="mm")
     assert func.name == "mm"
     assert [(p.name, tuple(x.value for x in p.shape), p.dtype) for p in func.params] == \
         [("B", (5, 4), "float32"), ("A", (3, 5), "float32"), ("C", (3, 4), "float32")]
@@ -70,11 +112,11 @@ def test_dividing_split_is_branch_free_and_tail_split_is_guarded():
     A, B, C = matmul(16)
     s = te.create_schedule(C.op)
     s[C].split(C.op.axis[0], factor=4)
-    assert not collect(tir.lower(s, [A, B, C]).body, tir.IfThenElse)
+    assert not collect(te.lower(s, [A, B, C]).body, tir.IfThenElse)
     A, B, C = matmul(10)
     s = te.create_schedule(C.op)
     s[C].split(C.op.axis[0], factor=4)
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     assert collect(func.body, tir.IfThenElse)
     a, b = rand(10, 10), rand(10, 10, seed=1)
     np.testing.assert_allclose(run(func, a, b, out_shapes=[(10, 10)])[0], a @ b, rtol=1e-5, atol=1e-5)
@@ -85,7 +127,7 @@ def test_split_reduction_with_tail():
     s = te.create_schedule(C.op)
     ko, ki = s[C].split(C.op.reduce_axis[0], factor=3)
     s[C].reorder(ko, *C.op.axis, ki)
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     a, b = rand(6, 7), rand(7, 6, seed=1)
     np.testing.assert_allclose(run(func, a, b, out_shapes=[(6, 6)])[0], a @ b, rtol=1e-5, atol=1e-5)
 
@@ -96,7 +138,7 @@ def test_elementwise_vectorize_gives_vector_code():
     s = te.create_schedule(B.op)
     jo, ji = s[B].split(B.op.axis[1], factor=8)
     s[B].vectorize(ji)
-    func = tir.lower(s, [A, B])
+    func = te.lower(s, [A, B])
     stores = collect(func.body, tir.Store)
     assert len(stores) == 1 and isinstance(stores[0].index, tir.Ramp) and stores[0].value.dtype == "float32x8"
     a = rand(4, 16)
@@ -110,7 +152,7 @@ def test_compute_at_computes_only_the_needed_region():
     s = te.create_schedule(C.op)
     io, ii = s[C].split(C.op.axis[0], factor=4)
     s[B].compute_at(s[C], io)
-    func = tir.lower(s, [A, C])
+    func = te.lower(s, [A, C])
     alloc = collect(func.body, tir.Allocate)
     assert [a.buffer.shape[0].value for a in alloc] == [6]
     a = rand(12)
@@ -124,7 +166,7 @@ def test_compute_inline_substitutes_the_producer():
     C = te.compute((8,), lambda i: B[i] + 1.0, name="C")
     s = te.create_schedule(C.op)
     s[B].compute_inline()
-    func = tir.lower(s, [A, C])
+    func = te.lower(s, [A, C])
     assert not collect(func.body, tir.Allocate)
     a = rand(8)
     np.testing.assert_allclose(run(func, a, out_shapes=[(8,)])[0], a * 3 + 1, rtol=1e-6, atol=1e-6)
@@ -134,7 +176,7 @@ def test_global_intermediate_is_allocated():
     A = te.placeholder((8,), name="A")
     B = te.compute((8,), lambda i: A[i] * 3.0, name="B")
     C = te.compute((8,), lambda i: B[i] + 1.0, name="C")
-    func = tir.lower(te.create_schedule(C.op), [A, C])
+    func = te.lower(te.create_schedule(C.op), [A, C])
     (alloc,) = collect(func.body, tir.Allocate)
     assert alloc.buffer.scope == "global" and alloc.buffer.name == "B"
 
@@ -143,7 +185,7 @@ def test_intermediate_in_args_is_written_to_its_param():
     A = te.placeholder((8,), name="A")
     B = te.compute((8,), lambda i: A[i] * 3.0, name="B")
     C = te.compute((8,), lambda i: B[i] + 1.0, name="C")
-    func = tir.lower(te.create_schedule(C.op), [A, B, C])
+    func = te.lower(te.create_schedule(C.op), [A, B, C])
     a = rand(8)
     b, c = run(func, a, out_shapes=[(8,), (8,)])
     np.testing.assert_allclose(b, a * 3, rtol=1e-6, atol=1e-6)
@@ -173,7 +215,7 @@ def gpu_matmul_schedule(n=32, tile=8, chunk=4):
 
 def test_gpu_schedule_lowers_to_shared_local_barriers_and_bindings():
     s, (A, B, C) = gpu_matmul_schedule()
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     allocs = {a.buffer.name: a.buffer for a in collect(func.body, tir.Allocate)}
     assert allocs["A.shared"].scope == "shared" and allocs["B.shared"].scope == "shared"
     assert allocs["C.local"].scope == "local"
@@ -196,7 +238,7 @@ def test_shared_cache_at_block_axis_uses_cooperative_thread_loops():
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
     s[AA].compute_at(s[C], bx)
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     loader = [f for f in collect(func.body, tir.For) if f.kind is tir.ForKind.THREAD_BINDING
               and f.thread_tag == "threadIdx.x" and "A.shared" in str(f)]
     assert loader, str(func)
@@ -211,7 +253,7 @@ def test_storage_align_pads_the_row_stride():
     s = te.create_schedule(C.op)
     AA = s.cache_read(A, "shared", [C])
     s[AA].storage_align(AA.op.axis[0], 16, 1)
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     alloc = [a for a in collect(func.body, tir.Allocate) if a.buffer.name == "A.shared"][0]
     assert alloc.buffer.shape[0].value == 8 * 17
     a, b = rand(8, 8), rand(8, 8, seed=1)
@@ -223,7 +265,7 @@ def test_pragma_reaches_for_annotations():
     B = te.compute((8,), lambda i: A[i] + 1.0, name="B")
     s = te.create_schedule(B.op)
     s[B].pragma(B.op.axis[0], "pipeline", 2)
-    func = tir.lower(s, [A, B])
+    func = te.lower(s, [A, B])
     assert func.body.annotations == (("pipeline", 2),)
 
 
@@ -243,7 +285,7 @@ def test_tensorize_call_convention_with_full_reduction():
     jo, ji = s[C].split(C.op.axis[1], factor=2)
     s[C].reorder(io, jo, ii, ji)
     s[C].tensorize(ii, gemm_intrinsic())
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     (call_stmt,) = collect(func.body, tir.Evaluate)
     call = call_stmt.value
     assert call.dtype == "void" and call.name == "gemm_acc"
@@ -272,7 +314,7 @@ def test_tensorize_inside_split_reduction_accumulates_after_first_chunk():
     ko, ki = s[C].split(C.op.reduce_axis[0], factor=2)
     s[C].reorder(io, jo, ko, ii, ji, ki)
     s[C].tensorize(ii, gemm_intrinsic())
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     (call_stmt,) = collect(func.body, tir.Evaluate)
     accumulate = call_stmt.value.args[-1]
     expected = tir.Select(tir.EQ(ko.var, tir.IntImm("int32", 0)), tir.IntImm("int32", 0), tir.IntImm("int32", 1))
@@ -289,7 +331,7 @@ def test_tensorize_batched_matmul_with_leading_fixed_axis():
     C = te.compute((2, 4, 4), lambda b, i, j: te.sum(A[b, i, r] * B[b, r, j], axis=r), name="C")
     s = te.create_schedule(C.op)
     s[C].tensorize(C.op.axis[1], gemm_intrinsic())
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     a, b = rand(2, 4, 4), rand(2, 4, 4, seed=1)
     np.testing.assert_allclose(run(func, a, b, out_shapes=[(2, 4, 4)])[0], a @ b, rtol=1e-5, atol=1e-5)
 
@@ -301,7 +343,7 @@ def test_tensorize_on_a_local_cache_stage():
     io, ii = s[C].split(C.op.axis[0], factor=4)
     s[CC].compute_at(s[C], io)
     s[CC].tensorize(CC.op.axis[0], gemm_intrinsic())
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     a, b = rand(8, 8), rand(8, 8, seed=1)
     np.testing.assert_allclose(run(func, a, b, out_shapes=[(8, 8)])[0], a @ b, rtol=1e-5, atol=1e-5)
 
@@ -310,7 +352,7 @@ def test_tensorize_on_a_local_cache_stage():
 def test_dtypes_roundtrip(dtype):
     A = te.placeholder((6,), dtype, name="A")
     B = te.compute((6,), lambda i: A[i] + A[i], name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = (np.arange(6) - 2).astype(dtype)
     np.testing.assert_array_equal(run(func, a, out_shapes=[(6,)], dtype=dtype)[0], a + a)
 
@@ -319,7 +361,7 @@ def test_bool_and_casts():
     A = te.placeholder((6,), "float32", name="A")
     M = te.compute((6,), lambda i: A[i] > 0.0, name="M")
     C = te.compute((6,), lambda i: te.if_then_else(M[i], A[i].astype("int32"), te.const(-1)), name="C")
-    func = tir.lower(te.create_schedule(C.op), [A, C])
+    func = te.lower(te.create_schedule(C.op), [A, C])
     a = np.array([-1.5, 2.7, 0.0, 3.2, -0.1, 9.9], "float32")
     out = run(func, a, out_shapes=[(6,)], dtype="int32")[0]
     np.testing.assert_array_equal(out, np.where(a > 0, a.astype("int32"), -1))
@@ -341,7 +383,7 @@ def test_math_functions_lower_to_named_calls(fn, ref):
         B = te.compute((8,), lambda i: te.sqrt(te.abs(A[i])), name="B")
     else:
         B = te.compute((8,), lambda i: fn(A[i]), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     assert fn.__name__ in str(func) or (fn is te.abs and "fabs" in str(func))
     a = rand(8) * 3
     np.testing.assert_allclose(run(func, a, out_shapes=[(8,)])[0], ref(a), rtol=1e-5, atol=1e-6)
@@ -352,7 +394,7 @@ def test_custom_comm_reducer_and_multi_axis_reduction():
     mysum = te.comm_reducer(lambda x, y: x + y, lambda t: te.const(0.0, t), name="mysum")
     r1, r2 = te.reduce_axis((0, 4), name="r1"), te.reduce_axis((0, 5), name="r2")
     B = te.compute((3,), lambda i: mysum(A[i, r1, r2], axis=[r1, r2]), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = rand(3, 4, 5)
     np.testing.assert_allclose(run(func, a, out_shapes=[(3,)])[0], a.sum(axis=(1, 2)), rtol=1e-5, atol=1e-5)
 
@@ -361,7 +403,7 @@ def test_reduction_with_where_condition_and_min():
     A = te.placeholder((4, 6), name="A")
     k = te.reduce_axis((0, 6), name="k")
     B = te.compute((4,), lambda i: te.min(A[i, k], axis=k, where=k < 3), name="B")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     a = rand(4, 6)
     np.testing.assert_allclose(run(func, a, out_shapes=[(4,)])[0], a[:, :3].min(axis=1))
 
@@ -380,7 +422,7 @@ def test_trace_records_and_replays():
     assert s.trace[0] == te.trace.Tile(stage="B", x="i", y="j", x_factor=4, y_factor=8)
     A2, B2 = build()
     s2 = te.replay(s.trace, te.create_schedule(B2.op))
-    tir.assert_structural_equal(tir.lower(s, [A, B]), tir.lower(s2, [A2, B2]))
+    tir.assert_structural_equal(te.lower(s, [A, B]), te.lower(s2, [A2, B2]))
 
 
 def test_vectorize_turns_guarded_padding_reads_into_masked_loads():
@@ -388,7 +430,7 @@ def test_vectorize_turns_guarded_padding_reads_into_masked_loads():
     P = te.compute((8,), lambda i: te.if_then_else(tir.And(i >= 1, i < 7), A[i - 1], 0.0), name="P")
     s = te.create_schedule(P.op)
     s[P].vectorize(P.op.axis[0])
-    func = tir.lower(s, [A, P])
+    func = te.lower(s, [A, P])
     assert isinstance(func.body, tir.Store) and func.body.value.lanes == 8, str(func)
     (load,) = loads_of(func.body.value)
     assert load.lanes == 8 and load.predicate is not None and load.predicate.lanes == 8
@@ -398,7 +440,7 @@ def test_vectorize_turns_guarded_padding_reads_into_masked_loads():
 def test_shared_stage_inside_thread_loops_is_sized_for_the_whole_block():
     # TVM's NeedRelax: a shared tile serves every threadIdx of the block; a local one, one thread
     s, (A, B, C) = gpu_matmul_schedule(n=32, tile=8, chunk=4)
-    func = tir.lower(s, [A, B, C])
+    func = te.lower(s, [A, B, C])
     allocs = {a.buffer.name: a.buffer for a in collect(func.body, tir.Allocate)}
     assert allocs["A.shared"].shape[0].value == 8 * 4      # rows of the block x k chunk, not 1 x 4
     assert allocs["B.shared"].shape[0].value == 4 * 8
@@ -414,7 +456,7 @@ def test_global_stage_inside_thread_loops_covers_every_block_and_thread():
     s[C].bind(bx, te.thread_axis("blockIdx.x"))
     s[C].bind(tx, te.thread_axis("threadIdx.x"))
     s[B].compute_at(s[C], tx)
-    func = tir.lower(s, [A, C])
+    func = te.lower(s, [A, C])
     (alloc,) = collect(func.body, tir.Allocate)
     assert alloc.buffer.name == "B" and alloc.buffer.shape[0].value == 64
     a = rand(64)
@@ -427,18 +469,18 @@ def test_reads_guarded_by_if_then_else_become_predicated_loads():
         tir.And(tir.And(i >= 1, i < 5), tir.And(j >= 1, j < 5)), A[n, c, i - 1, j - 1], 0.0), name="P")
     inside = te.compute((1, 1, 4, 4), lambda n, c, i, j: te.if_then_else(A[n, c, i, j] > 0.0, A[n, c, i, j], 0.0),
                         name="R")
-    func = tir.lower(te.create_schedule(P.op), [A, P])
+    func = te.lower(te.create_schedule(P.op), [A, P])
     (load,) = loads_of(func.body)
     assert load.predicate is not None, str(func)
     # an index the loop bounds keep in range needs no predicate
-    func = tir.lower(te.create_schedule(inside.op), [A, inside])
+    func = te.lower(te.create_schedule(inside.op), [A, inside])
     assert all(load.predicate is None for load in loads_of(func.body)), str(func)
 
 
 def test_duplicate_tensor_names_get_unique_buffer_names():
     A = te.placeholder((4,), name="T_add")
     B = te.compute((4,), lambda i: A[i] + 1.0, name="T_add")
-    func = tir.lower(te.create_schedule(B.op), [A, B])
+    func = te.lower(te.create_schedule(B.op), [A, B])
     assert [p.name for p in func.params] == ["T_add", "T_add.1"]
 
 
