@@ -50,6 +50,7 @@ from typing import Any, Sequence
 from ..ir.dtypes import dtype_of
 from ..ir.errors import CompileError
 from ..tir import nodes as tir
+from ..tir.functor import ExprFunctor, StmtFunctor
 from ..tir.visit import post_order_visit
 from .codegen import Artifact, Emitter, signature_of
 
@@ -353,8 +354,13 @@ def _const_int(e: tir.PrimExpr) -> int | None:
     return None
 
 
-class _KernelWriter:
-    """Writes one PrimFunc as C text through the dialect's data and methods."""
+class _KernelWriter(StmtFunctor, ExprFunctor):
+    """Writes one PrimFunc as C text through the dialect's data and methods.
+
+    `visit_<Stmt>(s)` appends lines; `visit_<Expr>(e, lane)` returns C text, evaluated at
+    `lane` (a C expression) for a vector `e`, whole otherwise. Read expressions through
+    `expr`, which checks that a vector has a vector form before dispatching.
+    """
 
     def __init__(self, dialect: CSourceEmitter, func: tir.PrimFunc, module: _ModuleState, target: Any) -> None:
         self.d, self.func, self.module, self.target = dialect, func, module, target
@@ -393,7 +399,7 @@ class _KernelWriter:
                 self.module.dtypes.add(dtype_of(p.dtype).element)
                 params.append(f"{self.d.type_name(p.dtype)} {name}")
         self._hoist_allocations(func.body)
-        self.stmt(func.body)
+        self.visit_stmt(func.body)
         body = self.lines
         self.lines = []
         return "\n".join([self.d.kernel_header(self.symbol, params) + " {", *self.hoisted_lines, *body, "}"])
@@ -459,24 +465,23 @@ class _KernelWriter:
 
     def block(self, stmt: tir.Stmt) -> None:
         self.depth += 1
-        self.stmt(stmt)
+        self.visit_stmt(stmt)
         self.depth -= 1
 
-    def stmt(self, s: tir.Stmt) -> None:
-        method = getattr(self, f"_stmt_{type(s).__name__}", None)
-        if method is None:
-            raise CompileError(f"{self.d.target_name}: cannot emit statement {type(s).__name__}:\n{s}")
-        method(s)
+    def visit_default(self, node, *args) -> None:
+        if isinstance(node, tir.Stmt):
+            raise CompileError(f"{self.d.target_name}: cannot emit statement {type(node).__name__}:\n{node}")
+        raise CompileError(f"{self.d.target_name}: cannot emit expression {type(node).__name__}: {node}")
 
-    def _stmt_SeqStmt(self, s: tir.SeqStmt) -> None:
+    def visit_SeqStmt(self, s: tir.SeqStmt) -> None:
         for child in s.stmts:
-            self.stmt(child)
+            self.visit_stmt(child)
 
-    def _stmt_Evaluate(self, s: tir.Evaluate) -> None:
+    def visit_Evaluate(self, s: tir.Evaluate) -> None:
         if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
             self.line(f"{self.expr(s.value)};")
 
-    def _stmt_IfThenElse(self, s: tir.IfThenElse) -> None:
+    def visit_IfThenElse(self, s: tir.IfThenElse) -> None:
         self.line(f"if ({_strip(self.expr(s.condition))}) {{")
         self.block(s.then_case)
         if s.else_case is not None:
@@ -484,7 +489,7 @@ class _KernelWriter:
             self.block(s.else_case)
         self.line("}")
 
-    def _stmt_LetStmt(self, s: tir.LetStmt) -> None:
+    def visit_LetStmt(self, s: tir.LetStmt) -> None:
         name = self.names.bind(s.var, s.var.name)
         if self._is_nonneg(s.value):
             self.nonneg.add(id(s.var))
@@ -495,9 +500,9 @@ class _KernelWriter:
             element = dtype_of(s.value.dtype).element
             self.line(f"{self.d.type_name(element)} {name}[{s.value.lanes}];")
             self._lane_loop(s.value.lanes, lambda lane: f"{name}[{lane}] = {_strip(self.expr(s.value, lane))};")
-        self.stmt(s.body)
+        self.visit_stmt(s.body)
 
-    def _stmt_Barrier(self, s: tir.Barrier) -> None:
+    def visit_Barrier(self, s: tir.Barrier) -> None:
         text = self.d.barriers.get(s.scope)
         if text is not None and self.serial_threads == 0:
             self.line(text)
@@ -507,9 +512,9 @@ class _KernelWriter:
                                "use a target with threads or a schedule without shared-memory stages")
         # outside any thread loop a serial program needs no barrier
 
-    def _stmt_Allocate(self, s: tir.Allocate) -> None:
+    def visit_Allocate(self, s: tir.Allocate) -> None:
         if id(s) in self.hoisted:
-            self.stmt(s.body)
+            self.visit_stmt(s.body)
             return
         if s.buffer.scope == "global" and self.d.thread_index:
             self._check_private_global(s)
@@ -518,7 +523,7 @@ class _KernelWriter:
         self.depth += 1
         for text in before:
             self.line(text)
-        self.stmt(s.body)
+        self.visit_stmt(s.body)
         for text in after:
             self.line(text)
         self.depth -= 1
@@ -539,7 +544,7 @@ class _KernelWriter:
                         "'shared' scope with a barrier")
         post_order_visit(s.body, visit)
 
-    def _stmt_For(self, s: tir.For) -> None:
+    def visit_For(self, s: tir.For) -> None:
         loop_type = self.d.type_name(s.loop_var.dtype)
         if s.kind is tir.ForKind.THREAD_BINDING:
             kind, dim = parse_thread_tag(s.thread_tag)
@@ -576,7 +581,7 @@ class _KernelWriter:
             self.block(s.body)
             self.line("}")
         else:
-            self.stmt(s.body)
+            self.visit_stmt(s.body)
         self.depth -= 1
         self.line("}")
 
@@ -589,7 +594,7 @@ class _KernelWriter:
                 f"but the launch has {self.launch[parse_thread_tag(s.thread_tag)]} threads there, and its body "
                 "holds a barrier that the idle threads would skip; bind loops of equal extent to that axis")
 
-    def _stmt_Store(self, s: tir.Store) -> None:
+    def visit_Store(self, s: tir.Store) -> None:
         buffer = self.buffer_name(s.buffer)
         lanes = s.value.lanes
         if lanes == 1:
@@ -640,34 +645,26 @@ class _KernelWriter:
         lanes = _lanes(e)
         if lanes == 1:
             lane = None
-        method = getattr(self, f"_expr_{type(e).__name__}", None)
-        if method is None:
-            if isinstance(e, tir.CompareOp):
-                method = self._expr_compare
-            elif isinstance(e, tir.BinaryOp):
-                method = self._expr_binary
-            else:
-                raise CompileError(f"{self.d.target_name}: cannot emit expression {type(e).__name__}: {e}")
         if lanes > 1 and lane is None and not self._is_vector(e):
             raise CompileError(f"{self.d.target_name}: vector expression {e} has no vector form here")
         if e.dtype not in _NO_VALUE:
             self.module.dtypes.add(dtype_of(e.dtype).element)
-        return method(e, lane)
+        return self.visit_expr(e, lane)
 
-    def _expr_IntImm(self, e, lane):
+    def visit_IntImm(self, e, lane):
         return self.d.literal(e.value, e.dtype)
 
-    def _expr_FloatImm(self, e, lane):
+    def visit_FloatImm(self, e, lane):
         return self.d.literal(e.value, e.dtype)
 
-    def _expr_StringImm(self, e, lane):
+    def visit_StringImm(self, e, lane):
         return '"' + e.value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
-    def _expr_Var(self, e, lane):
+    def visit_Var(self, e, lane):
         name = self.var_name(e)
         return f"{name}[{lane}]" if id(e) in self.array_vars else name
 
-    def _expr_binary(self, e, lane):
+    def visit_BinaryOp(self, e, lane):
         a, b = self.expr(e.a, lane), self.expr(e.b, lane)
         element = dtype_of(e.dtype)
         if isinstance(e, (tir.Min, tir.Max)):
@@ -682,7 +679,7 @@ class _KernelWriter:
             return f"{self._helper('floordiv' if is_div else 'floormod', e.dtype)}({_strip(a)}, {_strip(b)})"
         return f"({a} {e.symbol} {b})"
 
-    def _expr_compare(self, e, lane):
+    def visit_CompareOp(self, e, lane):
         return f"({self.expr(e.a, lane)} {e.symbol} {self.expr(e.b, lane)})"
 
     def _min_max(self, e, a, b):
@@ -698,17 +695,17 @@ class _KernelWriter:
             a, b = f"(({t}){a})", f"(({t}){b})"
         return f"{pair[0 if is_min else 1].format(f=suffix)}({_strip(a)}, {_strip(b)})"
 
-    def _expr_Not(self, e, lane):
+    def visit_Not(self, e, lane):
         return f"(!{self.expr(e.a, lane)})"
 
-    def _expr_Select(self, e, lane):
+    def visit_Select(self, e, lane):
         return f"({self.expr(e.condition, lane)} ? {self.expr(e.true_value, lane)} : {self.expr(e.false_value, lane)})"
 
-    def _expr_Cast(self, e, lane):
+    def visit_Cast(self, e, lane):
         dtype = e.dtype if lane is None else dtype_of(e.dtype).element
         return self.d.cast(dtype, self.expr(e.value, lane), e.value.dtype)
 
-    def _expr_Ramp(self, e, lane):
+    def visit_Ramp(self, e, lane):
         if lane is None:
             elements = ", ".join(self._ramp_lane(e, str(i)) for i in range(e.lanes_count))
             return self.d.vector_literal.format(type=self.d.type_name(e.dtype), elements=elements)
@@ -721,18 +718,18 @@ class _KernelWriter:
         offset = lane if _const_int(e.stride) == 1 else f"{stride} * {lane}"
         return f"({self.expr(e.base)} + {offset})"
 
-    def _expr_Broadcast(self, e, lane):
+    def visit_Broadcast(self, e, lane):
         if lane is None:
             return self.d.vector_broadcast.format(type=self.d.type_name(e.dtype), value=_strip(self.expr(e.value)))
         return self.expr(e.value)
 
-    def _expr_Load(self, e, lane):
+    def visit_Load(self, e, lane):
         buffer = self.buffer_name(e.buffer)
         if lane is None and e.lanes > 1:
             stride = _const_int(e.index.stride) if isinstance(e.index, tir.Ramp) else None
             if stride == 1 and self.d.vector_load and e.predicate is None:
                 return self.d.vector_load.format(pointer=f"{buffer} + {self.expr(e.index.base)}", lanes=e.lanes)
-            elements = ", ".join(self._expr_Load(e, str(i)) for i in range(e.lanes))
+            elements = ", ".join(self.visit_Load(e, str(i)) for i in range(e.lanes))
             return self.d.vector_literal.format(type=self.d.type_name(e.dtype), elements=elements)
         text = f"{buffer}[{_strip(self.expr(e.index, lane))}]"
         if e.predicate is None:
@@ -740,10 +737,10 @@ class _KernelWriter:
         zero = self.d.literal(0, dtype_of(e.dtype).element)
         return f"({self.expr(e.predicate, lane)} ? {text} : {zero})"
 
-    def _expr_BufferPointer(self, e, lane):
+    def visit_BufferPointer(self, e, lane):
         return f"({self.buffer_name(e.buffer)} + {self.expr(e.index)})"
 
-    def _expr_Call(self, e, lane):
+    def visit_Call(self, e, lane):
         args = [_strip(self.expr(a, lane)) for a in e.args]
         dtype = e.args[0].dtype if e.args else e.dtype
         if lane is not None:

@@ -21,6 +21,7 @@ import numpy as np
 from ..ir.dtypes import dtype_of, to_numpy
 from ..ir.errors import DTypeError, InternalError, ShapeError
 from . import nodes as n
+from .functor import ExprFunctor, StmtFunctor
 
 __all__ = ["interpret", "compile_to_python"]
 
@@ -135,7 +136,10 @@ def _oob(name, index, size):
     raise IndexError(f"buffer {name}: index {index} out of bounds [0, {size})")
 
 
-class _Emitter:
+class _Emitter(StmtFunctor, ExprFunctor):
+    """PrimFunc -> Python source: `visit_<Expr>(e)` returns Python text, `visit_<Stmt>(s, depth,
+    blocks)` appends lines at indentation `depth` inside `blocks` nested Python blocks."""
+
     def __init__(self, func: n.PrimFunc, check_bounds: bool):
         self.func = func
         self.check = check_bounds
@@ -156,65 +160,74 @@ class _Emitter:
         self.consts[name] = value
         return name
 
+    def visit_default(self, node, *args):
+        if isinstance(node, n.Stmt):
+            raise InternalError(f"interpreter: cannot execute statement {type(node).__name__}")
+        raise InternalError(f"interpreter: cannot execute {type(node).__name__}: {node}")
+
     # expressions
     def expr(self, e: n.PrimExpr) -> str:
-        method = getattr(self, "e_" + type(e).__name__, None)
-        if method is None:
-            if isinstance(e, n.CompareOp):
-                return self.e_compare(e)
-            if isinstance(e, n.BinaryOp):
-                return self.e_binary(e)
-            raise InternalError(f"interpreter: cannot execute {type(e).__name__}: {e}")
-        return method(e)
+        return self.visit_expr(e)
 
-    def e_IntImm(self, e):
+    def visit_IntImm(self, e):
         if e.dtype == "bool":
             return "True" if e.value else "False"
         if e.dtype in ("int32", "int64"):
             return repr(e.value)
         return self.const(to_numpy(e.dtype).type(e.value))
 
-    def e_FloatImm(self, e):
+    def visit_FloatImm(self, e):
         return self.const(to_numpy(e.dtype).type(e.value))
 
-    def e_StringImm(self, e):
+    def visit_StringImm(self, e):
         return repr(e.value)
 
-    def e_Var(self, e):
+    def visit_Var(self, e):
         return self.name(e, "v")
 
-    def e_binary(self, e):
-        a, b = self.expr(e.a), self.expr(e.b)
-        d = dtype_of(e.dtype)
-        t = type(e)
-        if t is n.Add: return f"({a} + {b})"
-        if t is n.Sub: return f"({a} - {b})"
-        if t is n.Mul: return f"({a} * {b})"
-        if t is n.Div:
-            return f"({a} / {b})" if d.is_float else f"_tdiv({a}, {b})"
-        if t is n.FloorDiv:
-            return f"({a} // {b})" if not d.is_float else f"np.floor_divide({a}, {b})"
-        if t is n.FloorMod: return f"({a} % {b})"
-        if t is n.Min:
-            return f"min({a}, {b})" if d.lanes == 1 and d.is_int else f"np.minimum({a}, {b})"
-        if t is n.Max:
-            return f"max({a}, {b})" if d.lanes == 1 and d.is_int else f"np.maximum({a}, {b})"
-        raise InternalError(f"interpreter: unknown binary op {t.__name__}")
+    def visit_Add(self, e):
+        return f"({self.expr(e.a)} + {self.expr(e.b)})"
 
-    def e_compare(self, e):
-        a, b = self.expr(e.a), self.expr(e.b)
-        vector = e.lanes > 1
-        t = type(e)
-        if t is n.And:
-            return f"np.logical_and({a}, {b})" if vector else f"({a} and {b})"
-        if t is n.Or:
-            return f"np.logical_or({a}, {b})" if vector else f"({a} or {b})"
-        return f"({a} {e.symbol} {b})"
+    def visit_Sub(self, e):
+        return f"({self.expr(e.a)} - {self.expr(e.b)})"
 
-    def e_Not(self, e):
+    def visit_Mul(self, e):
+        return f"({self.expr(e.a)} * {self.expr(e.b)})"
+
+    def visit_Div(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"({a} / {b})" if dtype_of(e.dtype).is_float else f"_tdiv({a}, {b})"
+
+    def visit_FloorDiv(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"({a} // {b})" if not dtype_of(e.dtype).is_float else f"np.floor_divide({a}, {b})"
+
+    def visit_FloorMod(self, e):
+        return f"({self.expr(e.a)} % {self.expr(e.b)})"
+
+    def visit_Min(self, e):
+        a, b, d = self.expr(e.a), self.expr(e.b), dtype_of(e.dtype)
+        return f"min({a}, {b})" if d.lanes == 1 and d.is_int else f"np.minimum({a}, {b})"
+
+    def visit_Max(self, e):
+        a, b, d = self.expr(e.a), self.expr(e.b), dtype_of(e.dtype)
+        return f"max({a}, {b})" if d.lanes == 1 and d.is_int else f"np.maximum({a}, {b})"
+
+    def visit_CompareOp(self, e):
+        return f"({self.expr(e.a)} {e.symbol} {self.expr(e.b)})"
+
+    def visit_And(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"np.logical_and({a}, {b})" if e.lanes > 1 else f"({a} and {b})"
+
+    def visit_Or(self, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"np.logical_or({a}, {b})" if e.lanes > 1 else f"({a} or {b})"
+
+    def visit_Not(self, e):
         return f"np.logical_not({self.expr(e.a)})" if e.lanes > 1 else f"(not {self.expr(e.a)})"
 
-    def e_Select(self, e):
+    def visit_Select(self, e):
         # both branches are evaluated, as emitters may do (see tir.Select): a Load that only
         # its branch's condition keeps in bounds must carry that condition as its predicate
         c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
@@ -222,13 +235,13 @@ class _Emitter:
             return f"np.where({c}, {t}, {f})"
         return f"_select({c}, {t}, {f})"
 
-    def e_Cast(self, e):
+    def visit_Cast(self, e):
         return f"_cast({self.expr(e.value)}, {self.const(to_numpy(dtype_of(e.dtype).element))})"
 
-    def e_Ramp(self, e):
+    def visit_Ramp(self, e):
         return f"_ramp({self.expr(e.base)}, {self.expr(e.stride)}, {e.lanes_count})"
 
-    def e_Broadcast(self, e):
+    def visit_Broadcast(self, e):
         dt = self.const(to_numpy(dtype_of(e.dtype).element))
         return f"np.full({e.lanes_count}, {self.expr(e.value)}, dtype={dt})"
 
@@ -238,7 +251,7 @@ class _Emitter:
             return text
         return f"_ck{self.name(buf, 'b')}({text})"
 
-    def e_Load(self, e):
+    def visit_Load(self, e):
         b = self.name(e.buffer, "b")
         if e.predicate is None:
             return f"{b}[{self.index(e.buffer, e.index)}]"
@@ -250,10 +263,10 @@ class _Emitter:
             return f"({b}[{self.index(e.buffer, e.index)}] if {predicate} else {zero})"
         return f"_masked_load({b}, {check}, {index}, {predicate}, {zero})"
 
-    def e_BufferPointer(self, e):
+    def visit_BufferPointer(self, e):
         return f"({self.name(e.buffer, 'b')}, {self.expr(e.index)})"
 
-    def e_Call(self, e):
+    def visit_Call(self, e):
         args = ", ".join(self.expr(a) for a in e.args)
         if e.name in _MATH and e.dtype != "void":
             return f"_math[{e.name!r}]({args})"
@@ -271,47 +284,54 @@ class _Emitter:
             self.stmt(s, depth + 1, 0)
             self.emit(f"{fname}()", depth)
             return
-        if isinstance(s, n.SeqStmt):
-            if not s.stmts:
-                self.emit("pass", depth)
-            for x in s.stmts:
-                self.stmt(x, depth, blocks)
-        elif isinstance(s, n.For):
-            v = self.name(s.loop_var, "v")
-            lo = self.expr(s.min)
-            self.emit(f"for {v} in range({lo}, {lo} + {self.expr(s.extent)}):", depth)
-            self.stmt(s.body, depth + 1, blocks + 1)
-        elif isinstance(s, n.Store):
-            b = self.name(s.buffer, "b")
-            index = self.index(s.buffer, s.index)
-            value = self.expr(s.value)
-            if s.predicate is not None:
-                p = self.expr(s.predicate)
-                self.emit(f"_m = np.asarray({p}); {b}[np.asarray({self.expr(s.index)})[_m]] = np.asarray({value})[_m]",
-                          depth)
-            else:
-                self.emit(f"{b}[{index}] = {value}", depth)
-        elif isinstance(s, n.IfThenElse):
-            self.emit(f"if {self.expr(s.condition)}:", depth)
-            self.stmt(s.then_case, depth + 1, blocks + 1)
-            if s.else_case is not None:
-                self.emit("else:", depth)
-                self.stmt(s.else_case, depth + 1, blocks + 1)
-        elif isinstance(s, n.Allocate):
-            b = self.name(s.buffer, "b")
-            size = math.prod(int(x.value) for x in s.buffer.shape)
-            self.emit(f"{b} = _alloc({size}, {self.const(to_numpy(s.buffer.dtype))})", depth)
-            self._checker(s.buffer, depth)
-            self.stmt(s.body, depth, blocks)
-        elif isinstance(s, n.LetStmt):
-            self.emit(f"{self.name(s.var, 'v')} = {self.expr(s.value)}", depth)
-            self.stmt(s.body, depth, blocks)
-        elif isinstance(s, n.Evaluate):
-            self.emit(self.expr(s.value), depth)
-        elif isinstance(s, n.Barrier):
-            self.emit("pass  # barrier", depth)
+        self.visit_stmt(s, depth, blocks)
+
+    def visit_SeqStmt(self, s, depth, blocks):
+        if not s.stmts:
+            self.emit("pass", depth)
+        for x in s.stmts:
+            self.stmt(x, depth, blocks)
+
+    def visit_For(self, s, depth, blocks):
+        v = self.name(s.loop_var, "v")
+        lo = self.expr(s.min)
+        self.emit(f"for {v} in range({lo}, {lo} + {self.expr(s.extent)}):", depth)
+        self.stmt(s.body, depth + 1, blocks + 1)
+
+    def visit_Store(self, s, depth, blocks):
+        b = self.name(s.buffer, "b")
+        index = self.index(s.buffer, s.index)
+        value = self.expr(s.value)
+        if s.predicate is not None:
+            p = self.expr(s.predicate)
+            self.emit(f"_m = np.asarray({p}); {b}[np.asarray({self.expr(s.index)})[_m]] = np.asarray({value})[_m]",
+                      depth)
         else:
-            raise InternalError(f"interpreter: cannot execute statement {type(s).__name__}")
+            self.emit(f"{b}[{index}] = {value}", depth)
+
+    def visit_IfThenElse(self, s, depth, blocks):
+        self.emit(f"if {self.expr(s.condition)}:", depth)
+        self.stmt(s.then_case, depth + 1, blocks + 1)
+        if s.else_case is not None:
+            self.emit("else:", depth)
+            self.stmt(s.else_case, depth + 1, blocks + 1)
+
+    def visit_Allocate(self, s, depth, blocks):
+        b = self.name(s.buffer, "b")
+        size = math.prod(int(x.value) for x in s.buffer.shape)
+        self.emit(f"{b} = _alloc({size}, {self.const(to_numpy(s.buffer.dtype))})", depth)
+        self._checker(s.buffer, depth)
+        self.stmt(s.body, depth, blocks)
+
+    def visit_LetStmt(self, s, depth, blocks):
+        self.emit(f"{self.name(s.var, 'v')} = {self.expr(s.value)}", depth)
+        self.stmt(s.body, depth, blocks)
+
+    def visit_Evaluate(self, s, depth, blocks):
+        self.emit(self.expr(s.value), depth)
+
+    def visit_Barrier(self, s, depth, blocks):
+        self.emit("pass  # barrier", depth)
 
     def _checker(self, buf: n.Buffer, depth: int):
         if self.check:

@@ -1,4 +1,4 @@
-"""exprs.py: tir expressions -> LLVM values (scalars and vectors), one method per node type.
+"""exprs.py: tir expressions -> LLVM values (scalars and vectors), one `visit_<Node>` method per node type.
 
 `ExprCodegen` holds what an expression can refer to: loop and let variables
 (`self.vars`) and buffer base pointers (`self.buffers`). Statement codegen
@@ -18,7 +18,7 @@ from .math_calls import MATH_NAMES, emit_math_call
 __all__ = ["ExprCodegen"]
 
 
-class ExprCodegen:
+class ExprCodegen(tir.ExprFunctor):
     """Emit expressions with `builder`; intrinsic calls go to `call_intrinsic(builder, call, args)`."""
 
     def __init__(self, module: ir.Module, builder: ir.IRBuilder, call_intrinsic) -> None:
@@ -31,10 +31,12 @@ class ExprCodegen:
     # -- entry point ------------------------------------------------------------------------
 
     def expr(self, node: tir.PrimExpr) -> ir.Value:
-        method = getattr(self, f"_{type(node).__name__}", None)
-        if method is None:
-            raise CompileError(f"cpu_llvm cannot compile expression {type(node).__name__}: {node}")
-        return method(node)
+        return self.visit_expr(node)
+
+    def visit_default(self, node) -> None:
+        if isinstance(node, tir.Stmt):
+            raise CompileError(f"cpu_llvm cannot compile statement {type(node).__name__}:\n{node}")
+        raise CompileError(f"cpu_llvm cannot compile expression {type(node).__name__}: {node}")
 
     # -- conversions --------------------------------------------------------------------------
 
@@ -81,13 +83,13 @@ class ExprCodegen:
 
     # -- leaves -------------------------------------------------------------------------------
 
-    def _IntImm(self, node: tir.IntImm) -> ir.Value:
+    def visit_IntImm(self, node: tir.IntImm) -> ir.Value:
         return const_of(node.dtype, node.value)
 
-    def _FloatImm(self, node: tir.FloatImm) -> ir.Value:
+    def visit_FloatImm(self, node: tir.FloatImm) -> ir.Value:
         return const_of(node.dtype, node.value)
 
-    def _StringImm(self, node: tir.StringImm) -> ir.Value:
+    def visit_StringImm(self, node: tir.StringImm) -> ir.Value:
         data = bytearray(node.value.encode() + b"\0")
         text = ir.GlobalVariable(self.module, ir.ArrayType(ir.IntType(8), len(data)),
                                  self.module.get_unique_name("str"))
@@ -95,7 +97,7 @@ class ExprCodegen:
         text.global_constant, text.linkage = True, "internal"
         return self.builder.bitcast(text, PTR)
 
-    def _Var(self, node: tir.Var) -> ir.Value:
+    def visit_Var(self, node: tir.Var) -> ir.Value:
         try:
             return self.vars[node]
         except KeyError:
@@ -108,7 +110,7 @@ class ExprCodegen:
         b = self._match(a, self.expr(node.b), node.b.dtype, node.a.dtype)
         return a, b
 
-    def _Add(self, node):
+    def visit_Add(self, node):
         if dtype_of(node.dtype).is_float:
             product, addend = (node.a, node.b) if isinstance(node.a, tir.Mul) else (node.b, node.a)
             if isinstance(product, tir.Mul) and product.dtype == node.dtype == addend.dtype:
@@ -119,15 +121,15 @@ class ExprCodegen:
         a, b = self._binary(node)
         return self.builder.fadd(a, b) if dtype_of(node.dtype).is_float else self.builder.add(a, b)
 
-    def _Sub(self, node):
+    def visit_Sub(self, node):
         a, b = self._binary(node)
         return self.builder.fsub(a, b) if dtype_of(node.dtype).is_float else self.builder.sub(a, b)
 
-    def _Mul(self, node):
+    def visit_Mul(self, node):
         a, b = self._binary(node)
         return self.builder.fmul(a, b) if dtype_of(node.dtype).is_float else self.builder.mul(a, b)
 
-    def _Div(self, node):
+    def visit_Div(self, node):
         a, b = self._binary(node)
         parsed = dtype_of(node.dtype)
         if parsed.is_float:
@@ -145,7 +147,7 @@ class ExprCodegen:
                                  builder.icmp_signed("<", builder.xor(remainder, b), zero))
         return b, quotient, remainder, needs_fix
 
-    def _FloorDiv(self, node):
+    def visit_FloorDiv(self, node):
         parsed = dtype_of(node.dtype)
         if parsed.is_float:
             a, b = self._binary(node)
@@ -156,7 +158,7 @@ class ExprCodegen:
         _, quotient, _, needs_fix = self._floor_parts(node)
         return self.builder.sub(quotient, self.builder.zext(needs_fix, quotient.type))
 
-    def _FloorMod(self, node):
+    def visit_FloorMod(self, node):
         parsed = dtype_of(node.dtype)
         if parsed.is_float:
             a, b = self._binary(node)
@@ -168,11 +170,11 @@ class ExprCodegen:
         b, _, remainder, needs_fix = self._floor_parts(node)
         return self.builder.select(needs_fix, self.builder.add(remainder, b), remainder)
 
-    def _Min(self, node):
+    def visit_Min(self, node):
         a, b = self._binary(node)
         return emit_math_call(self.builder, "min", node.dtype, [a, b])
 
-    def _Max(self, node):
+    def visit_Max(self, node):
         a, b = self._binary(node)
         return emit_math_call(self.builder, "max", node.dtype, [a, b])
 
@@ -189,12 +191,12 @@ class ExprCodegen:
             return self.builder.icmp_signed(symbol, a, b)
         return self.builder.icmp_unsigned(symbol, a, b)
 
-    def _EQ(self, node): return self._compare(node, "==")
-    def _NE(self, node): return self._compare(node, "!=")
-    def _LT(self, node): return self._compare(node, "<")
-    def _LE(self, node): return self._compare(node, "<=")
-    def _GT(self, node): return self._compare(node, ">")
-    def _GE(self, node): return self._compare(node, ">=")
+    def visit_EQ(self, node): return self._compare(node, "==")
+    def visit_NE(self, node): return self._compare(node, "!=")
+    def visit_LT(self, node): return self._compare(node, "<")
+    def visit_LE(self, node): return self._compare(node, "<=")
+    def visit_GT(self, node): return self._compare(node, ">")
+    def visit_GE(self, node): return self._compare(node, ">=")
 
     def _as_bool(self, node: tir.PrimExpr) -> ir.Value:
         value = self.expr(node)
@@ -202,16 +204,16 @@ class ExprCodegen:
             return value
         return self.cast(value, node.dtype, with_lanes("bool", node.lanes))
 
-    def _And(self, node):
+    def visit_And(self, node):
         return self.builder.and_(self._as_bool(node.a), self._as_bool(node.b))
 
-    def _Or(self, node):
+    def visit_Or(self, node):
         return self.builder.or_(self._as_bool(node.a), self._as_bool(node.b))
 
-    def _Not(self, node):
+    def visit_Not(self, node):
         return self.builder.not_(self._as_bool(node.a))
 
-    def _Select(self, node):
+    def visit_Select(self, node):
         condition = self._as_bool(node.condition)
         true_value = self.expr(node.true_value)
         false_value = self._match(true_value, self.expr(node.false_value), node.false_value.dtype,
@@ -221,12 +223,12 @@ class ExprCodegen:
                                f"{lanes_of(true_value.type)}: {node}")
         return self.builder.select(condition, true_value, false_value)
 
-    def _Cast(self, node):
+    def visit_Cast(self, node):
         return self.cast(self.expr(node.value), node.value.dtype, node.dtype)
 
     # -- vectors ------------------------------------------------------------------------------
 
-    def _Ramp(self, node):
+    def visit_Ramp(self, node):
         base = self.expr(node.base)
         stride = self._match(base, self.expr(node.stride), node.stride.dtype, node.base.dtype)
         lanes = node.lanes_count
@@ -234,7 +236,7 @@ class ExprCodegen:
         return self.builder.add(splat(self.builder, base, lanes),
                                 self.builder.mul(splat(self.builder, stride, lanes), offsets))
 
-    def _Broadcast(self, node):
+    def visit_Broadcast(self, node):
         return splat(self.builder, self.expr(node.value), node.lanes_count)
 
     # -- memory -------------------------------------------------------------------------------
@@ -277,7 +279,7 @@ class ExprCodegen:
         return declare(self.module, f"llvm.masked.store.{suffix}", ir.VoidType(),
                        [vector_type, pointer_type, I32, mask_type])
 
-    def _Load(self, node: tir.Load):
+    def visit_Load(self, node: tir.Load):
         buffer = node.buffer
         lanes = node.index.lanes
         element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
@@ -324,12 +326,12 @@ class ExprCodegen:
             result = builder.insert_element(result, value, I32(lane))
         return result
 
-    def _BufferPointer(self, node: tir.BufferPointer):
+    def visit_BufferPointer(self, node: tir.BufferPointer):
         return self.builder.bitcast(self.element_pointer(node.buffer, self.index_value(node.index)), PTR)
 
     # -- calls --------------------------------------------------------------------------------
 
-    def _Call(self, node: tir.Call):
+    def visit_Call(self, node: tir.Call):
         args = [self.expr(a) for a in node.args]
         if node.name in MATH_NAMES:
             args = [self.cast(value, arg.dtype, node.dtype) for value, arg in zip(args, node.args)]

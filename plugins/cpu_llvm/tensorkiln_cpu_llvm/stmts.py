@@ -34,8 +34,8 @@ HEAP_ALIGNMENT = 64
 NUM_THREADS_GLOBAL = "tensorkiln_num_threads"
 
 
-class FunctionCodegen(ExprCodegen):
-    """Emit the body of one LLVM function from tir statements."""
+class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
+    """Emit the body of one LLVM function from tir statements (one `visit_<Stmt>` method each)."""
 
     def __init__(self, module: ir.Module, function: ir.Function, call_intrinsic, in_parallel: bool = False) -> None:
         builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -45,33 +45,30 @@ class FunctionCodegen(ExprCodegen):
         self._outlined = itertools.count()
 
     def stmt(self, node: tir.Stmt) -> None:
-        method = getattr(self, f"_{type(node).__name__}", None)
-        if method is None:
-            raise CompileError(f"cpu_llvm cannot compile statement {type(node).__name__}:\n{node}")
-        method(node)
+        self.visit_stmt(node)
 
     # -- simple statements --------------------------------------------------------------------
 
-    def _SeqStmt(self, node: tir.SeqStmt) -> None:
+    def visit_SeqStmt(self, node: tir.SeqStmt) -> None:
         for child in node.stmts:
             self.stmt(child)
 
-    def _Evaluate(self, node: tir.Evaluate) -> None:
+    def visit_Evaluate(self, node: tir.Evaluate) -> None:
         if not isinstance(node.value, (tir.IntImm, tir.FloatImm)):
             self.expr(node.value)
 
-    def _Barrier(self, node: tir.Barrier) -> None:
+    def visit_Barrier(self, node: tir.Barrier) -> None:
         # one CPU thread runs each work item to completion: nothing to wait for
         return None
 
-    def _LetStmt(self, node: tir.LetStmt) -> None:
+    def visit_LetStmt(self, node: tir.LetStmt) -> None:
         self.vars[node.var] = self.expr(node.value)
         try:
             self.stmt(node.body)
         finally:
             del self.vars[node.var]
 
-    def _IfThenElse(self, node: tir.IfThenElse) -> None:
+    def visit_IfThenElse(self, node: tir.IfThenElse) -> None:
         condition = self._as_bool(node.condition)
         if lanes_of(condition.type) != 1:
             raise CompileError(f"cpu_llvm: IfThenElse needs a scalar condition, got {node.condition.dtype}:\n{node}")
@@ -87,7 +84,7 @@ class FunctionCodegen(ExprCodegen):
 
     # -- stores -------------------------------------------------------------------------------
 
-    def _Store(self, node: tir.Store) -> None:
+    def visit_Store(self, node: tir.Store) -> None:
         buffer = node.buffer
         lanes = node.index.lanes
         element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
@@ -133,7 +130,7 @@ class FunctionCodegen(ExprCodegen):
 
     # -- allocations --------------------------------------------------------------------------
 
-    def _Allocate(self, node: tir.Allocate) -> None:
+    def visit_Allocate(self, node: tir.Allocate) -> None:
         # every scope ("global", "local", and a GPU schedule's "shared") is ordinary memory on a CPU
         buffer = node.buffer
         element_type = memory_type(buffer.dtype)
@@ -162,7 +159,7 @@ class FunctionCodegen(ExprCodegen):
 
     # -- loops --------------------------------------------------------------------------------
 
-    def _For(self, node: tir.For) -> None:
+    def visit_For(self, node: tir.For) -> None:
         kind = node.kind
         if kind == tir.ForKind.THREAD_BINDING:
             raise CompileError(f"cpu_llvm cannot run loop {node.loop_var.name!r} bound to {node.thread_tag!r}: "
