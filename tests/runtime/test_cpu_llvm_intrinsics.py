@@ -22,7 +22,7 @@ def _call_gemm(name, intrin, m, n, k, extents, accumulate, b_strides=None):
     args = (*(tir.BufferPointer(x, tir.const(0)) for x in (a, b, c)), *strides, *(_i64(e) for e in extents),
             tir.const(accumulate))
     body = tir.Evaluate(tir.Call("void", intrin.name, args))
-    return tk.build(tir.PrimFunc(name, (a, b, c), body, attrs=(("intrinsics", {intrin.name: intrin}),)),
+    return tk.build(tir.PrimFunc(name, (a, b, c), body, attrs=((tir.TENSOR_INTRINSICS_ATTR, (intrin,)),)),
                     target="llvm", name=name)
 
 
@@ -107,7 +107,7 @@ def test_extern_impl_links_a_process_symbol():
     call = tir.Call("float32", "vendor_max", (tir.Load(a, i), tir.const(1.5)))
     func = tir.PrimFunc("ext", (a, b), tir.For(i, tir.const(0), tir.const(4), tir.ForKind.SERIAL,
                                                tir.Store(b, call, i)),
-                        attrs=(("intrinsics", {"vendor_max": intrin}),))
+                        attrs=((tir.TENSOR_INTRINSICS_ATTR, (intrin,)),))
     f = tk.build(func, target="llvm", name="ext")
     x, out = np.array([0, 1, 2, 3], np.float32), np.zeros(4, np.float32)
     f(x, out)
@@ -118,7 +118,7 @@ def test_intrinsic_without_cpu_implementation_is_a_compile_error():
     intrin = _FakeIntrin("opencl_only", {"opencl": SourceImpl("opencl", "", "f")})
     a = buf("A", (4,))
     func = tir.PrimFunc("bad", (a,), tir.Evaluate(tir.Call("void", "opencl_only", (tir.BufferPointer(a, tir.const(0)),))),
-                        attrs=(("intrinsics", {"opencl_only": intrin}),))
+                        attrs=((tir.TENSOR_INTRINSICS_ATTR, (intrin,)),))
     with pytest.raises(CompileError, match=r"intrinsic 'opencl_only' has no implementation for cpu_llvm \(it has: "
                                            r"opencl\)"):
         tk.build(func, target="llvm", name="bad")
@@ -147,7 +147,7 @@ def test_extern_impl_from_a_vendor_library_in_jit_and_export(tmp_path):
     a, b = buf("A", (10,)), buf("B", (10,))
     call = tir.Call("void", "vendor_scale", (tir.BufferPointer(a, tir.const(0)), tir.BufferPointer(b, tir.const(0)),
                                              tir.const(10), tir.const(1)))
-    func = tir.PrimFunc("vendor", (a, b), tir.Evaluate(call), attrs=(("intrinsics", {"vendor_scale": intrin}),))
+    func = tir.PrimFunc("vendor", (a, b), tir.Evaluate(call), attrs=((tir.TENSOR_INTRINSICS_ATTR, (intrin,)),))
     f = tk.build(func, target="llvm", name="vendor")
     x, out = np.arange(10, dtype=np.float32), np.ones(10, np.float32)
     f(x, out)

@@ -212,7 +212,8 @@ def test_intrinsic_call_uses_the_c_implementation(tmp_path):
     X, Y = _buffer("X", (8,)), _buffer("Y", (8,))
     io = tir.Var("io")
     call = tir.Call("void", "axpy4", (tir.BufferPointer(Y, io * 4), tir.BufferPointer(X, io * 4), tir.const(2.0)))
-    func = tir.PrimFunc("axpy", (X, Y), _loop(io, 2, tir.Evaluate(call)), attrs=(("intrinsics", {"axpy4": Intrin()}),))
+    func = tir.PrimFunc("axpy", (X, Y), _loop(io, 2, tir.Evaluate(call)),
+                        attrs=((tir.TENSOR_INTRINSICS_ATTR, (Intrin(),)),))
     x, y = np.arange(8, dtype="float32"), np.ones(8, "float32")
     _compile_and_run(tmp_path, func, x, y)
     np.testing.assert_array_equal(y, 1 + 2 * np.arange(8, dtype="float32"))

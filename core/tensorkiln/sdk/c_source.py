@@ -751,15 +751,14 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
         return f"{self._intrinsic_symbol(e.name)}({', '.join(args)})"
 
     def _intrinsic_symbol(self, name: str) -> str:
-        # tir.lower records ("tensor_intrinsics", (TensorIntrin, ...)); hand-built funcs may
-        # carry ("intrinsics", {name: TensorIntrin}).
-        intrinsics = dict(self.func.attr("intrinsics") or {})
-        intrinsics.update({i.name: i for i in self.func.attr("tensor_intrinsics") or ()})
+        intrinsics = self.func.tensor_intrinsics()
         intrin = intrinsics.get(name)
         if intrin is None:
             raise CompileError(f"kernel {self.func.name} calls {name!r}, which is neither a math function of "
-                               f"{self.d.target_name} nor an intrinsic in func.attr('intrinsics') "
-                               f"(it has: {', '.join(sorted(intrinsics)) or 'none'})")
+                               f"{self.d.target_name} nor an intrinsic in func.tensor_intrinsics() "
+                               f"(it has: {', '.join(sorted(intrinsics)) or 'none'}); tensorize onto a "
+                               "te.decl_tensor_intrin, or list the intrinsic under the PrimFunc attribute "
+                               f"{tir.TENSOR_INTRINSICS_ATTR!r}")
         implementations = getattr(intrin, "implementations", {}) or {}
         target_names = [getattr(self.target, "name", None), self.d.target_name]
         target_names += list(getattr(getattr(self.target, "manifest", None), "plugin", None) and

@@ -57,8 +57,7 @@ def interpret(func: n.PrimFunc, *arrays: np.ndarray, intrinsics: Mapping[str, ob
         entry = (key, compile_to_python(func, check_bounds))
         _cache[func] = entry
     program = entry[1]
-    known = {intrin.name: intrin for intrin in dict(func.attrs).get("tensor_intrinsics", ())}
-    known.update(intrinsics or {})
+    known = {**func.tensor_intrinsics(), **(intrinsics or {})}
     with np.errstate(all="ignore"):
         program(flats, _IntrinsicRunner(known, check_bounds))
     for arr, flat in copies:

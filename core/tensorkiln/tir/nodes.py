@@ -15,13 +15,14 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
 from ..ir.dtypes import dtype_of, with_lanes
+from ..ir.errors import CompileError
 
 __all__ = [
     "PrimExpr", "IntImm", "FloatImm", "StringImm", "Var", "BinaryOp", "Add", "Sub", "Mul", "Div",
     "FloorDiv", "FloorMod", "Min", "Max", "CompareOp", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or",
     "Not", "Select", "Cast", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
     "Stmt", "Store", "ForKind", "For", "SeqStmt", "IfThenElse", "Allocate", "LetStmt", "Evaluate",
-    "Barrier", "PrimFunc", "const", "as_expr", "NO_OP",
+    "Barrier", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
 ]
 
 
@@ -347,12 +348,18 @@ NO_OP = SeqStmt(())
 
 Param = Union[Buffer, Var]
 
+TENSOR_INTRINSICS_ATTR = "tensor_intrinsics"
+"""PrimFunc attribute holding the tensor intrinsics its `Call`s name: a tuple of
+`te.TensorIntrin` (anything with `.name` and `.implementations`). Written by tensorize
+lowering, read through `PrimFunc.tensor_intrinsics()` by every emitter and the interpreter."""
+
 
 @dataclass(frozen=True, eq=False)
 class PrimFunc:
     """A kernel: parameters (buffers, then scalar vars) and a body.
 
-    `attrs` holds facts for codegen, e.g. ("launch", ...) for GPU launch bounds.
+    `attrs` holds facts for codegen, e.g. ("launch", ...) for GPU launch bounds, and
+    (TENSOR_INTRINSICS_ATTR, (intrin, ...)) for the tensor intrinsics it calls.
     """
 
     name: str
@@ -362,6 +369,26 @@ class PrimFunc:
 
     def attr(self, key: str, default=None):
         return dict(self.attrs).get(key, default)
+
+    def tensor_intrinsics(self) -> dict[str, object]:
+        """{name: TensorIntrin} of the intrinsics under TENSOR_INTRINSICS_ATTR ({} when none).
+
+        Emitters resolve `Call(..., name, ...)` here before asking the target's registry:
+
+            func = te.lower(s, [A, B, C])        # s tensorized onto `gemm`
+            func.tensor_intrinsics()             # {"gemm": gemm}
+        """
+        value = self.attr(TENSOR_INTRINSICS_ATTR) or ()
+        found: dict[str, object] = {}
+        for intrin in value:
+            name = getattr(intrin, "name", None)
+            if not isinstance(name, str):
+                raise CompileError(
+                    f"PrimFunc {self.name}: attribute {TENSOR_INTRINSICS_ATTR!r} must be a tuple of tensor "
+                    f"intrinsics (te.TensorIntrin), got an item {intrin!r}; write "
+                    f"({TENSOR_INTRINSICS_ATTR!r}, (intrin, ...))")
+            found[name] = intrin
+        return found
 
     def __str__(self) -> str:
         from .printer import format_func

@@ -37,10 +37,11 @@ __all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
 class IntrinsicLinker:
     """Resolves intrinsic calls of the kernels being emitted to functions of the target.
 
-    Lookup: the kernel's `attrs["intrinsics"]` (name -> TensorIntrin, set by tensorize
-    lowering), then every intrinsic registered for the target. Calls follow the
-    convention of `tensorkiln.sdk.intrinsic_impl`: pointers, int64 strides and
-    extents, and a final int32 accumulate flag.
+    Lookup: the kernel's `func.tensor_intrinsics()` (name -> TensorIntrin, recorded by
+    tensorize lowering under `tir.TENSOR_INTRINSICS_ATTR`), then every intrinsic
+    registered for the target. Calls follow the convention of
+    `tensorkiln.sdk.intrinsic_impl`: pointers, int64 strides and extents, and a final
+    int32 accumulate flag.
     """
 
     def __init__(self, module: ir.Module, target, funcs: Sequence[tir.PrimFunc]) -> None:
@@ -48,7 +49,7 @@ class IntrinsicLinker:
         self.target = target
         self.known: dict[str, object] = {}
         for func in funcs:
-            self.known.update(func.attr("intrinsics") or {})
+            self.known.update(func.tensor_intrinsics())
         self.sources: dict[str, str] = {}
         self.libraries: list[str] = []
         self._registered: dict[str, object] | None = None

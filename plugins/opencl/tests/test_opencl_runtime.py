@@ -113,7 +113,7 @@ def _intrinsic_func(intrin):
     io = tir.Var("io")
     call = tir.Call("void", intrin.name, (tir.BufferPointer(Y, io * 4), tir.BufferPointer(X, io * 4)))
     body = tir.For(io, tir.const(0), tir.const(4), tir.ForKind.THREAD_BINDING, tir.Evaluate(call), "threadIdx.x")
-    return tir.PrimFunc("with_intrin", (X, Y), body, attrs=(("intrinsics", {intrin.name: intrin}),))
+    return tir.PrimFunc("with_intrin", (X, Y), body, attrs=((tir.TENSOR_INTRINSICS_ATTR, (intrin,)),))
 
 
 def test_intrinsic_calls_use_the_opencl_implementation(build_and_load):
