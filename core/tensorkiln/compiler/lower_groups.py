@@ -1,8 +1,9 @@
 """Fused groups -> te -> schedule -> tir.PrimFunc, one kernel per group.
 
 A group is a primitive graph Function (what `fuse_ops` makes): its parameters
-become te placeholders, each op in its body contributes its registered te
-compute, and the target's schedule for the group decides the loop nest.
+become te placeholders, each op in its body contributes its te compute, and the
+implementation the target's strategies choose for the group (compiler/strategy.py)
+supplies the anchor's compute when it has one and the schedule, with its knob values.
 Kernel parameters are the group's inputs, then its outputs.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ class GroupKernel:
     num_inputs: int
     output_types: tuple[TensorType, ...]
     ops: tuple[str, ...]
+    strategy: dict = None             # StrategyChoice.describe(): implementation, knob values
 
 
 def group_name(function: Function) -> str:
@@ -42,11 +44,19 @@ def _output_types(function: Function) -> tuple[TensorType, ...]:
     return (ret,)
 
 
-def lower_group(function: Function, name: str, target) -> GroupKernel:
-    """Build, schedule and lower one primitive function for `target`."""
+def lower_group(function: Function, name: str, target, configs=None) -> GroupKernel:
+    """Build, schedule and lower one primitive function for `target`.
+
+    `configs(implementation, space) -> dict | None` supplies tuned knob values (a tuning
+    record); without it every knob takes its analytic default.
+    """
     from .. import te
-    from ..ops import strategy
     from ..te.lower import lower
+    from . import strategy
+
+    calls = [node for node in post_order(function.body) if isinstance(node, Call)]
+    choice = strategy.select_by_call(calls, target, configs)
+    anchor = strategy.anchor_call(calls)
 
     tensors: dict[int, object] = {}
     placeholders = []
@@ -71,7 +81,11 @@ def lower_group(function: Function, name: str, target) -> GroupKernel:
                 raise UnsupportedOpError(f"op {op.name} has no te compute, so it cannot be compiled "
                                          f"(node {node.summary()})")
             inputs = [tensors[id(arg)] for arg in node.args]
-            result = op.compute(inputs, node.attrs, node.checked_type)
+            if node is anchor and choice is not None and choice.implementation.compute is not None:
+                result = choice.implementation.compute(inputs, node.attrs, node.checked_type, target,
+                                                       dict(choice.config))
+            else:
+                result = op.compute(inputs, node.attrs, node.checked_type)
             tensors[id(node)] = result
             ops.append(op.name)
         elif isinstance(node, Tuple):
@@ -84,9 +98,12 @@ def lower_group(function: Function, name: str, target) -> GroupKernel:
         if any(out is p for p in placeholders):
             # An output that is an input unchanged still needs a kernel that writes it.
             outputs[index] = te.compute(out.shape, lambda *i, src=out: src[i], name=f"copy{index}", tag="injective")
-    schedule = strategy.schedule_for(outputs, target, ops=tuple(ops))
+    if choice is None:
+        choice = strategy.select_by_tag(outputs, target, anchor if anchor is not None else
+                                        (calls[-1] if calls else None), configs, ops=tuple(ops))
+    schedule = choice.schedule(outputs, target)
     func = lower(schedule, placeholders + outputs, name=name)
-    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops))
+    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe())
 
 
 def _constant_tensor(node: Constant, te):

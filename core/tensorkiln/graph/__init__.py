@@ -9,7 +9,7 @@ from .builder import __all__ as _builder_names
 from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
 from .interpreter import evaluate, evaluate_call
 from .printer import print_expr, print_module
-from .registry import Op, OpPattern, get_op, list_ops, register_op, set_compute, set_schedule
+from .registry import Op, OpPattern, get_op, list_ops, register_op, set_compute
 from .traversal import count_users, free_vars, operands, post_order, rewrite, topological_order, with_operands
 from .verify import verify_module
 from .types import FuncType, TensorType, TupleType, Type
@@ -24,7 +24,7 @@ __all__ = [
     "Expr", "Var", "Constant", "Call", "Tuple", "TupleGetItem", "Function", "Module",
     "Type", "TensorType", "TupleType", "FuncType",
     "Attrs", "NoAttrs", "NO_ATTRS", "AttrsError",
-    "Op", "OpPattern", "register_op", "get_op", "list_ops", "set_compute", "set_schedule",
+    "Op", "OpPattern", "register_op", "get_op", "list_ops", "set_compute",
     "post_order", "topological_order", "free_vars", "rewrite", "operands", "count_users", "with_operands",
     "verify_module",
     "evaluate", "evaluate_call", "infer_type", "print_expr", "print_module",

@@ -12,9 +12,9 @@ conv2d = register_op(
 )
 ```
 
-`compute` and `schedule` start as None; the te/ops layer fills them with
-`set_compute(name, fn)` (fn(input_te_tensors, attrs, out_type) -> te.Tensor) and
-`set_schedule(name, fn)`.
+`compute` starts as None; the te/ops layer fills it with `set_compute(name, fn)`
+(fn(input_te_tensors, attrs, out_type) -> te.Tensor). Schedules are not the op's:
+a target's strategies (tensorkiln.sdk.strategy) or the core's naive default decide them.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any, Callable
 from ..ir.errors import InternalError, UnsupportedOpError
 from .attrs import NO_ATTRS, Attrs, NoAttrs
 
-__all__ = ["OpPattern", "Op", "register_op", "get_op", "list_ops", "set_compute", "set_schedule",
+__all__ = ["OpPattern", "Op", "register_op", "get_op", "list_ops", "set_compute",
            "VARIADIC", "DEFAULT_TOLERANCE"]
 
 VARIADIC = -1
@@ -56,7 +56,6 @@ class Op:
     tolerance: dict[str, float] = field(default_factory=dict)
     doc: str = ""
     compute: Callable[..., Any] | None = None
-    schedule: Callable[..., Any] | None = None
 
     def rtol(self, dtype: str) -> float:
         """Relative tolerance for comparing an implementation with the reference."""
@@ -111,11 +110,6 @@ def list_ops() -> list[Op]:
 def set_compute(op_name: str, fn: Callable) -> None:
     """Attach a te compute: fn(input_te_tensors: list, attrs, out_type) -> te.Tensor (or tuple)."""
     get_op(op_name).compute = fn
-
-
-def set_schedule(op_name: str, fn: Callable) -> None:
-    """Attach a default schedule function for the op."""
-    get_op(op_name).schedule = fn
 
 
 def _load_ops() -> None:

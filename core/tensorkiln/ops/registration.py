@@ -1,4 +1,4 @@
-"""ops/registration.py: attach every te compute and default schedule to the graph registry.
+"""ops/registration.py: attach every te compute to the graph registry.
 
 The one place that maps graph op names to this package's computes; `register_all()`
 runs when `tensorkiln.ops` is imported. The graph package never imports te: the
@@ -11,7 +11,6 @@ from typing import Callable
 from ..graph import registry
 from . import broadcast, elementwise, image, reduction, transform
 from .nn import conv2d, dense, norm, pooling, softmax
-from .strategy import schedule_for
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
 
@@ -55,7 +54,7 @@ COMPUTES: dict[str, Callable] = _computes()
 
 
 def register_all() -> None:
-    """Set the compute and the default schedule (`schedule_for`) of every op this package covers.
+    """Set the te compute of every op this package covers.
 
     Ops registered in the graph but absent here keep `compute = None`; `uncovered_ops()`
     lists them. Calling it twice is harmless.
@@ -64,7 +63,6 @@ def register_all() -> None:
     for name, compute in COMPUTES.items():
         if name in known:
             registry.set_compute(name, compute)
-            registry.set_schedule(name, schedule_for)
 
 
 def uncovered_ops() -> list[str]:

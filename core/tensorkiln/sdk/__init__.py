@@ -14,6 +14,7 @@ from .manifest import (
     Capabilities, IntrinsicDecl, LayoutPreference, OpSupport, OptionDecl, PluginInfo, PluginManifest,
 )
 from .plugin_manager import ENTRY_POINT_GROUP, PluginRegistry, read_manifest, registry, reload_plugins
+from .strategy import INJECTIVE, RULE_PRIORITY, Knob, OpImplementation, TuningSpace, Workload
 from .target import Target, TargetSpec
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
     "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
     "NativeKernel", "NativeModule", "TKArg", "load_native_library",
+    "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
 ]
 
 

@@ -43,15 +43,29 @@ class TensorkilnHookSpecs:
         """
 
     @hookspec
+    def tensorkiln_strategies(self, target):
+        """Return `tensorkiln.sdk.OpImplementation`s for `target`: where its hardware knowledge lives.
+
+        Called by the compiler (`tensorkiln.compiler.strategy`) for each fused group it
+        lowers. An implementation is keyed by graph op names ("nn.conv2d") or anchor tags
+        ("conv2d_nhwc"; "injective" for a group without anchor), pairs an optional te
+        compute with a schedule, and declares a condition on the call, a priority and a
+        tuning space (named knobs with candidates and an analytic default). The highest
+        priority applicable implementation wins; a tuned record chooses its knob values,
+        else their defaults. An op no implementation covers gets the core's naive default.
+        Return [] for targets you do not serve.
+        """
+
+    @hookspec
     def tensorkiln_schedule_rules(self, target):
         """Return {anchor tag or op name: rule} for `target`; rule(outputs, target) -> te.Schedule.
 
-        Called by `tensorkiln.ops.schedule_for` each time the compiler schedules a fused
-        group on `target`. The first key matching the group wins: its anchor stage's tag
-        ("conv2d_nchw", "dense", ...; "injective" for a group without anchor), then the
-        names of the group's graph ops, the anchor op ("nn.conv2d") before its epilogue.
-        `outputs` are the group's te tensors. Tuned records win over rules, rules win
-        over the core's default schedules. Return {} for targets you do not serve.
+        A rule is a schedule-only strategy: the compiler turns each into an
+        `OpImplementation` with priority `sdk.strategy.RULE_PRIORITY`, so a rule overrides
+        the target's own strategies for its key. Use it to replace one schedule of a
+        target you do not own (a vendor's better conv schedule for cpu_llvm) without
+        forking it; use `tensorkiln_strategies` for anything with knobs or a compute.
+        Return {} for targets you do not serve.
         """
 
     @hookspec

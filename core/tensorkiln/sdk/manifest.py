@@ -109,6 +109,7 @@ class Capabilities(_Strict):
 
     dtypes: tuple[str, ...] = ("float32",)
     vector_width_bits: int = Field(default=0, ge=0, description="widest SIMD register; 0 = no vectors")
+    vector_registers: int = Field(default=0, ge=0, description="SIMD registers a kernel may use; 0 = unknown")
     max_threads: int = Field(default=1, ge=0, description="host threads for parallel loops; 0 = all cores")
     max_threads_per_block: int = Field(default=0, ge=0, description="GPU work-group limit; 0 = not a GPU")
     max_shared_memory_bytes: int = Field(default=0, ge=0)

@@ -13,6 +13,7 @@ Two plugins claiming one target name (or alias) are both refused for that name.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata as metadata
@@ -167,7 +168,7 @@ class PluginRegistry:
                 raise PluginError(plugin, "manifest field plugin.available",
                                   "the manifest says available = true but the TargetSpec has no emitter or loader",
                                   "set available = false with unavailable_reason, or provide both")
-            checked.append(TargetSpec(spec.manifest, spec.emitter, spec.loader, distribution, manifest_hash))
+            checked.append(dataclasses.replace(spec, distribution=distribution, manifest_hash=manifest_hash))
         return checked
 
     def _index_targets(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from ..ir.errors import TargetError
 from .codegen import Emitter, RuntimeLoader
@@ -23,11 +23,17 @@ class TargetSpec:
     Built by the plugin (`target.py`) and returned from its `tensorkiln_targets`
     hook. `emitter` and `loader` stay None while the plugin has no code generator;
     the manifest must then say `available = false` with the reason.
+
+    `refine_capabilities(target) -> Capabilities`, when given, returns what this
+    target with its options can do on this host (the vector width and register count
+    of the host CPU, or of `-mcpu`): the manifest declares the static ceiling, the
+    target's `capabilities` are the refined ones.
     """
 
     manifest: PluginManifest
     emitter: Emitter | None = None
     loader: RuntimeLoader | None = None
+    refine_capabilities: Callable[["Target"], Any] | None = None
     distribution: str = ""
     manifest_hash: str = ""
 
@@ -44,6 +50,9 @@ class TargetSpec:
         if not self.is_available:
             reason = self.manifest.plugin.unavailable_reason or "the plugin provides no emitter or runtime loader"
             raise TargetError(f"target {self.name!r} is not available yet: {reason}")
+
+
+_REFINED: dict[tuple[int, str], tuple[TargetSpec, Any]] = {}
 
 
 def parse_target_string(text: str) -> tuple[str, dict[str, str | bool]]:
@@ -95,7 +104,15 @@ class Target:
 
     @property
     def capabilities(self):
-        return self.spec.manifest.capabilities
+        """The manifest's capabilities, refined for these options on this host by the plugin."""
+        if self.spec.refine_capabilities is None:
+            return self.spec.manifest.capabilities
+        key = (id(self.spec), str(self))
+        cached = _REFINED.get(key)
+        if cached is None or cached[0] is not self.spec:
+            cached = (self.spec, self.spec.refine_capabilities(self))
+            _REFINED[key] = cached
+        return cached[1]
 
     @classmethod
     def from_spec(cls, spec: TargetSpec, options: dict[str, Any]) -> "Target":

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-__all__ = ["MachineConfig", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512"]
+__all__ = ["MachineConfig", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
+           "CpuFacts", "cpu_facts", "refine_capabilities"]
 
 
 @functools.cache
@@ -64,3 +65,68 @@ def new_target_machine(config: MachineConfig) -> llvm.TargetMachine:
     _initialise()
     return llvm.Target.from_triple(config.triple).create_target_machine(
         cpu=config.cpu, features=config.features, opt=config.opt_level, reloc="pic", codemodel="default")
+
+
+@dataclass(frozen=True)
+class CpuFacts:
+    """What schedules and micro-kernels need from the CPU a target compiles for.
+
+    Read from the LLVM feature string of the target (the host's with -mcpu=native, else
+    the named CPU's plus -mattr), so `-mcpu=haswell` on an AVX-512 host gets AVX2 facts.
+    """
+
+    vector_bits: int          # widest usable SIMD register: 512 (AVX-512F), 256 (AVX/AVX2), 128 (SSE/NEON)
+    vector_registers: int     # architectural SIMD registers: 32 with AVX-512, else 16
+    fma: bool
+
+    def lanes(self, element_bits: int = 32) -> int:
+        return max(1, self.vector_bits // element_bits)
+
+
+_AVX512_CPUS = ("skylake-avx512", "cascadelake", "cooperlake", "cannonlake", "icelake-client", "icelake-server",
+                 "tigerlake", "rocketlake", "sapphirerapids", "emeraldrapids", "graniterapids", "diamondrapids",
+                 "knl", "knm", "znver4", "znver5", "x86-64-v4")
+_AVX2_CPUS = ("haswell", "broadwell", "skylake", "alderlake", "raptorlake", "meteorlake", "arrowlake", "lunarlake",
+              "gracemont", "znver1", "znver2", "znver3", "bdver4", "x86-64-v3")
+"""What a CPU named by -mcpu implies when -mattr does not say (llvmlite exposes no per-CPU feature list)."""
+
+
+def _cpu_features(cpu: str) -> set[str]:
+    if cpu in _AVX512_CPUS:
+        return {"avx", "avx2", "fma", "avx512f"}
+    if cpu in _AVX2_CPUS:
+        return {"avx", "avx2", "fma"}
+    if cpu.startswith(("sandybridge", "ivybridge", "bdver", "btver2")):
+        return {"avx"}
+    return {"sse2"} if cpu.startswith(("x86-64", "core", "nehalem", "westmere", "k8", "btver")) else set()
+
+
+@functools.lru_cache(maxsize=32)
+def _facts_for(cpu: str, features: str) -> CpuFacts:
+    enabled = _cpu_features(cpu)
+    for item in features.split(","):  # host features and -mattr override what the CPU name implies, in order
+        item = item.strip()
+        if item[:1] == "+":
+            enabled.add(item[1:])
+        elif item[:1] == "-":
+            enabled.discard(item[1:])
+    if "avx512f" in enabled:
+        bits, registers = 512, 32
+    elif "avx" in enabled or "avx2" in enabled:
+        bits, registers = 256, 16
+    else:
+        bits, registers = 128, 16 if ("sse2" in enabled or "neon" in enabled) else 8
+    return CpuFacts(vector_bits=bits, vector_registers=registers, fma="fma" in enabled or "avx512f" in enabled)
+
+
+def cpu_facts(target) -> CpuFacts:
+    """CpuFacts of a resolved cpu_llvm Target (its -mcpu and -mattr on this host)."""
+    config = machine_config(target)
+    return _facts_for(config.cpu, config.features)
+
+
+def refine_capabilities(target):
+    """The manifest's capabilities with the vector width and register count of this target's CPU."""
+    facts = cpu_facts(target)
+    return target.spec.manifest.capabilities.model_copy(
+        update={"vector_width_bits": facts.vector_bits, "vector_registers": facts.vector_registers})

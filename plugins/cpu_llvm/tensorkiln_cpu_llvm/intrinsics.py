@@ -16,18 +16,36 @@ import functools
 
 from tensorkiln.sdk.intrinsic_impl import SourceImpl
 
-from .host import machine_config
-from .ukernels import AVX2_TILE, AVX512_TILE, GemmTile, tile_gemm_source, ukernel_source
+from .host import cpu_facts
+from .ukernels import GemmTile, tile_gemm_source, ukernel_source
 
-__all__ = ["tile_for", "cpu_llvm_intrinsics", "UKERNEL", "UKERNEL_PACKED", "GEMM_ACCELERATOR"]
+__all__ = ["tile_for", "cpu_llvm_intrinsics", "packed_intrinsic", "UKERNEL", "UKERNEL_PACKED", "GEMM_ACCELERATOR"]
 
 UKERNEL, UKERNEL_PACKED, GEMM_ACCELERATOR = "sgemm_ukernel", "sgemm_ukernel_packed", "gemm_accelerator"
 
 
 def tile_for(target) -> GemmTile:
-    """The register tile for `target`: AVX-512 when its features enable avx512f, else AVX2."""
-    features = machine_config(target).features.split(",")
-    return AVX512_TILE if "+avx512f" in features and "-avx512f" not in features else AVX2_TILE
+    """The register tile for `target`'s CPU: nr = two vectors of float32, mr = 8 rows with 32 vector
+    registers (16 accumulators) and 6 with 16 (12 accumulators, the rest hold B and the broadcast A):
+    8x32 on AVX-512, 6x16 on AVX2."""
+    facts = cpu_facts(target)
+    lanes = facts.lanes(32)
+    return GemmTile(mr=8 if facts.vector_registers >= 32 else 6, nr=2 * lanes, lanes=lanes)
+
+
+@functools.cache
+def packed_intrinsic(tile: GemmTile):
+    """The packed micro-kernel for any register tile (the strategies pick mr per workload), named
+    `sgemm_ukernel_packed_<mr>x<nr>`: kernels of one module may use several tiles, and a kernel
+    calls an intrinsic by name."""
+    from tensorkiln import te
+
+    attrs = {"mr": tile.mr, "nr": tile.nr, "lanes": tile.lanes, "dtype": "float32"}
+    name = f"{UKERNEL_PACKED}_{tile.mr}x{tile.nr}"
+    symbol = f"tk_{name}"
+    return te.decl_tensor_intrin(
+        _matmul_description(tile.mr, tile.nr, packed_nr=tile.nr), name, attrs=attrs,
+        implementations={"cpu_llvm": SourceImpl("llvm", ukernel_source(tile, symbol, b_strides=2), symbol)})
 
 
 def _matmul_description(m, n, packed_nr: int | None = None):

@@ -8,8 +8,8 @@ Both follow the intrinsic argument convention (tensorkiln.sdk.intrinsic_impl)::
         any M x N x K (extents in the description's order): the micro-kernel on full tiles, a masked
         kernel on the edges
 
-`GemmTile` picks the register tile: AVX-512 8x32 (16 zmm accumulators), AVX2 6x16
-(12 ymm accumulators).
+`GemmTile` is the register tile; intrinsics.tile_for derives it from the target's CPU
+(AVX-512: 8x32, 16 zmm accumulators; AVX2: 6x16, 12 ymm accumulators).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import llvmlite.ir as ir
 
 from .cgutils import I1, I32, I64, VOID, alloca_in_entry, declare, for_range
 
-__all__ = ["GemmTile", "AVX512_TILE", "AVX2_TILE", "ukernel_source", "tile_gemm_source", "ukernel_symbol"]
+__all__ = ["GemmTile", "ukernel_source", "tile_gemm_source", "ukernel_symbol"]
 
 F32 = ir.FloatType()
 F32_PTR = F32.as_pointer()
@@ -37,10 +37,6 @@ class GemmTile:
     @property
     def vectors_per_row(self) -> int:
         return self.nr // self.lanes
-
-
-AVX512_TILE = GemmTile(mr=8, nr=32, lanes=16)
-AVX2_TILE = GemmTile(mr=6, nr=16, lanes=8)
 
 
 def ukernel_symbol(tile: GemmTile) -> str:

@@ -4,6 +4,10 @@ from tensorkiln.sdk import hookimpl
 from .target import OPENCL
 
 
+def _ours(target) -> bool:
+    return target.name == OPENCL.name
+
+
 @hookimpl
 def tensorkiln_targets():
     return [OPENCL]
@@ -11,7 +15,16 @@ def tensorkiln_targets():
 
 @hookimpl
 def tensorkiln_intrinsics(target):
-    if target.name != OPENCL.name:
+    if not _ours(target):
         return []
     from .intrinsics import opencl_intrinsics
     return opencl_intrinsics(target)
+
+
+@hookimpl
+def tensorkiln_strategies(target):
+    """The SDK's GPU schedule library (tensorkiln.sdk.schedules.gpu), with its knobs, for every op."""
+    if not _ours(target):
+        return []
+    from tensorkiln.sdk.schedules.gpu import gpu_strategies
+    return gpu_strategies(target, prefix="opencl")

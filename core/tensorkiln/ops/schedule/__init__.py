@@ -1,12 +1,10 @@
-"""Default schedules, TOPI style. They read only `target.capabilities` (vector width, threads).
+"""The core's one default schedule: naive and correct, with no hardware knowledge.
 
-Each family entry point (`schedule_conv2d_nchw`, ...) dispatches through `schedule_fused`,
-which finds the group's anchor by tag, so a family schedule also handles its fused epilogue.
+A target that declares no strategy for a group gets `naive_schedule`: injective
+intermediates are inlined (so a fused group is one loop nest per reduction plus its
+output), and every loop stays serial and scalar. Targets make it fast through their
+`tensorkiln_strategies` hook (see tensorkiln.sdk.strategy), never by changes here.
 """
-from .common import schedule_injective_stage, schedule_reduce_stage, vector_lanes
-from .fused import (find_anchor, schedule_conv2d_nchw, schedule_dense, schedule_fused, schedule_injective,
-                    schedule_norm, schedule_pool, schedule_reduce, schedule_softmax)
+from .naive import naive_schedule
 
-__all__ = ["schedule_fused", "find_anchor", "schedule_injective", "schedule_reduce", "schedule_softmax",
-           "schedule_pool", "schedule_conv2d_nchw", "schedule_dense", "schedule_norm",
-           "schedule_injective_stage", "schedule_reduce_stage", "vector_lanes"]
+__all__ = ["naive_schedule"]

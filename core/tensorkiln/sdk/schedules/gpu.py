@@ -1,7 +1,9 @@
-"""ops/schedule/gpu.py: default schedules for targets with a thread model (GPU style).
+"""sdk/schedules/gpu.py: a schedule library for targets with a thread model (GPU style).
 
-Chosen by capabilities, never by name: a target is scheduled here when its manifest
-lists `thread_axes` and a `max_threads_per_block` (see `has_threads`). One fused group
+A plugin opts in through its strategies hook: `gpu_strategies(target)` returns one
+OpImplementation per group kind with the knobs below (threads per block, the matmul
+tile, the conv channel block), their defaults derived from the target's capabilities
+(`thread_axes`, `max_threads_per_block`, `max_shared_memory_bytes`). One fused group
 becomes one kernel, and a kernel has no barrier across work-groups, so every stage a
 thread reads is either inlined or computed by that thread (compute_at its thread loop):
 
@@ -31,11 +33,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from ... import te
-from .. import tags
+from ...ops import tags
 from .common import as_outputs, divisor_at_most, extent_of, fuse_all, resolve_target, vector_lanes
 from .fused import find_anchor
 
-__all__ = ["schedule_gpu", "has_threads", "threads_per_block", "MATMUL_TILE"]
+__all__ = ["schedule_gpu", "has_threads", "threads_per_block", "gpu_strategies", "MATMUL_TILE"]
 
 DEFAULT_BLOCK = 256
 MATMUL_TILE = 8
@@ -56,23 +58,37 @@ def has_threads(target) -> bool:
     return bool(getattr(capabilities, "thread_axes", ())) and getattr(capabilities, "max_threads_per_block", 0) > 0
 
 
+class _Tuned:
+    """A target plus knob values: what the functions below read through `target`."""
+
+    def __init__(self, target, config: dict) -> None:
+        self.target = target
+        self.capabilities = target.capabilities
+        self.block = config.get("threads_per_block", DEFAULT_BLOCK)
+        self.matmul_tile = config.get("matmul_tile", MATMUL_TILE)
+        self.conv_channel_block = config.get("conv_channel_block", CONV_CHANNEL_BLOCK)
+
+    def __str__(self) -> str:
+        return str(self.target)
+
+
 def threads_per_block(target) -> int:
-    """Work-items per group for one-dimensional kernels: min(max_threads_per_block, 256)."""
+    """Work-items per group for one-dimensional kernels: min(max_threads_per_block, the block knob (256))."""
     limit = resolve_target(target).capabilities.max_threads_per_block
-    return max(1, min(limit, DEFAULT_BLOCK))
+    return max(1, min(limit, getattr(target, "block", DEFAULT_BLOCK)))
 
 
 def _can_bind(target, tag: str) -> bool:
     return tag in resolve_target(target).capabilities.thread_axes
 
 
-def schedule_gpu(outputs, target) -> te.Schedule:
+def schedule_gpu(outputs, target, config: dict | None = None) -> te.Schedule:
     """Schedule a fused group for a target with threads (see the module docstring).
 
         s = schedule_gpu([relu_out], tk.target("opencl"))   # one work-item per output element
     """
     outputs = as_outputs(outputs)
-    target = resolve_target(target)
+    target = _Tuned(resolve_target(target), dict(config or {}))
     s = te.create_schedule([t.op for t in outputs])
     _inline_non_reductions(s)
     needs = {id(out.op): _stages_needed(s, out) for out in outputs}
@@ -299,7 +315,7 @@ def _conv(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: l
         return False
     stage = s[output]
     batch, channel, row, column = stage.op.axis
-    block = divisor_at_most(int(output.shape[1]), CONV_CHANNEL_BLOCK)
+    block = divisor_at_most(int(output.shape[1]), getattr(target, "conv_channel_block", CONV_CHANNEL_BLOCK))
     channel_outer, channel_inner = stage.split(channel, factor=block)
     batches, channels, height, width = (int(d) for d in output.shape)
     thread = _bind_grid(stage, [batch, channel_outer, row, column], [batches, channels // block, height, width],
@@ -323,7 +339,7 @@ def _matmul(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates:
     """(TILE x TILE) work-groups; whole-K operand tiles in shared memory when they fit."""
     if output.ndim < 2 or tuple(output.shape) != tuple(anchor.shape) or not _can_bind(target, "threadIdx.y"):
         return False
-    tile = MATMUL_TILE
+    tile = getattr(target, "matmul_tile", MATMUL_TILE)
     if tile * tile > resolve_target(target).capabilities.max_threads_per_block:
         return False
     intermediates = _accumulator(s, anchor, output, intermediates)
@@ -375,3 +391,45 @@ def _shared_operands(s: te.Schedule, accumulator, stage, block_axis, tile: int, 
 def _bytes(dtype: str) -> int:
     from ...ir.dtypes import dtype_of
     return max(1, dtype_of(dtype).bits // 8)
+
+
+# ---- the library as strategies -------------------------------------------------------------------
+
+
+def _power_of_two_candidates(limit: int, default: int) -> tuple[int, ...]:
+    values = {v for v in (32, 64, 128, 256, 512, 1024) if v <= limit} | {default}
+    return tuple(sorted(values))
+
+
+def _space(workload, target):
+    from ..strategy import Knob, TuningSpace
+    capabilities = resolve_target(target).capabilities
+    block = min(DEFAULT_BLOCK, capabilities.max_threads_per_block)
+    knobs = [Knob("threads_per_block", _power_of_two_candidates(capabilities.max_threads_per_block, block), block)]
+    anchor = workload.anchor
+    tag = anchor.op.tag if anchor is not None else None
+    if tag in _MATMUL_TAGS or (workload.call is not None and workload.call.op.name in ("nn.dense", "nn.matmul")):
+        tiles = tuple(t for t in (4, 8, 16) if t * t <= capabilities.max_threads_per_block) or (1,)
+        knobs.append(Knob("matmul_tile", tiles, MATMUL_TILE if MATMUL_TILE in tiles else tiles[-1]))
+    if tag in _CONV_TAGS:
+        knobs.append(Knob("conv_channel_block", (1, 2, 4, 8), CONV_CHANNEL_BLOCK))
+    return TuningSpace(tuple(knobs))
+
+
+def _schedule(outputs, target, config):
+    return schedule_gpu(outputs, target, config)
+
+
+def gpu_strategies(target, prefix: str = "gpu", priority: int = 0) -> list:
+    """The library as OpImplementations for `target` (one per anchor kind, plus "injective"), named
+    `{prefix}.{key}`; a plugin returns them from its `tensorkiln_strategies` hook:
+
+        @hookimpl
+        def tensorkiln_strategies(target):
+            return gpu_strategies(target, prefix="opencl") if target.name == "opencl" else []
+    """
+    from ..strategy import INJECTIVE, OpImplementation
+    if not has_threads(target):
+        return []
+    keys = (*tags.ANCHOR_TAGS, INJECTIVE)
+    return [OpImplementation(f"{prefix}.{key}", (key,), _schedule, space=_space, priority=priority) for key in keys]

@@ -1,6 +1,6 @@
-"""ops/schedule/anchors.py: how each anchor kind is scheduled inside a fused group.
+"""strategies/anchors.py: how cpu_llvm schedules each anchor kind inside a fused group.
 
-Every `apply_*(s, anchor, output, target)` gets a schedule whose injective
+Every `apply_*(s, anchor, output, target, config)` gets a schedule whose injective
 intermediates are already inlined, the anchor stage's tensor, and the group's output
 tensor (the anchor itself, or the elementwise epilogue that consumes it). When the
 anchor is the output, a "local" cache stage accumulates instead, so in both cases the
@@ -21,20 +21,23 @@ weight rows with vectors over K (`_apply_dense_split`).
 
 A producer computed at a fused loop sees its region through the fused loop's
 decomposition; see `fuse_for_attach` for which fusions keep that region exact.
+
+The tile sizes are knobs (`config`), declared with their analytic defaults in
+strategies/__init__.py from the host's vector width and register count (host.py).
 """
 from __future__ import annotations
 
-from ... import te
-from .. import tags
-from .common import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach,
-                     schedule_injective_stage, schedule_reduce_stage, vector_lanes)
+from tensorkiln import te
+from tensorkiln.ops import tags
+from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach,
+                                      schedule_injective_stage, schedule_reduce_stage, vector_lanes)
+from tensorkiln.sdk.schedules.common import PARALLEL_MIN_WORK
 
 __all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
            "apply_reduce", "accumulator"]
 
-OUTPUT_CHANNEL_BLOCK = 4
-ROW_BLOCK = 4
 UNROLL_KERNEL_MAX = 3
+"""Kernel loops (ry, rx) of an NCHW conv are unrolled up to 3x3: larger kernels would bloat the code."""
 
 
 def accumulator(s: te.Schedule, anchor: te.Tensor, output: te.Tensor) -> tuple[te.Tensor, te.Tensor]:
@@ -54,7 +57,7 @@ def _parallel(stage, axis, target) -> None:
         stage.parallel(axis)
 
 
-def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """NCHW conv: output-channel blocks x row x width-vector tiles; the padded input at root."""
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
@@ -68,7 +71,7 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -
     batch, channel, row, column = out.op.axis
     _, out_channels, _, width = (int(d) for d in output.shape)
     lanes = vector_lanes(target, acc.dtype)
-    channel_block = divisor_at_most(out_channels, OUTPUT_CHANNEL_BLOCK)
+    channel_block = divisor_at_most(out_channels, config["channel_block"])
     width_block = divisor_at_most(width, lanes)
     channel_outer, channel_inner = out.split(channel, factor=channel_block)
     width_outer, width_inner = out.split(column, factor=width_block)
@@ -89,35 +92,31 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -
         stage.vectorize(x)
 
 
-NHWC_MAX_ACCUMULATORS = 24
-"""Vector registers the NHWC register tile may hold as accumulators (AVX-512 has 32)."""
-NHWC_MAX_TILE_WIDTH = 14
-
-
-def _nhwc_tile(out_width: int, out_channels: int, lanes: int) -> tuple[int, int]:
+def _nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: int,
+               max_width: int) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile.
 
     Channels: one or two vectors when they divide the channels (else the largest divisor
     of the channels below a vector). Positions: the largest divisor of the output width
-    within NHWC_MAX_TILE_WIDTH whose accumulators fit in NHWC_MAX_ACCUMULATORS vectors, so
+    within `max_width` whose accumulators fit in `max_accumulators` vectors, so
     no tile has a tail. Of the two, the tile with more accumulators wins (two vectors on a
     tie: each broadcast input then feeds two FMAs): a 13-wide output gets 13 x 1 vectors
     rather than 1 x 2, whose two accumulators would leave the FMA units waiting.
     """
     if out_channels % lanes:
         block = divisor_at_most(out_channels, lanes)
-        return divisor_at_most(out_width, min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS)), block
+        return divisor_at_most(out_width, min(max_width, max_accumulators)), block
     best = (0, 0, 0)
     for vectors in (1, 2):
         if out_channels % (vectors * lanes):
             continue
-        width = divisor_at_most(out_width, min(NHWC_MAX_TILE_WIDTH, NHWC_MAX_ACCUMULATORS // vectors))
+        width = divisor_at_most(out_width, min(max_width, max_accumulators // vectors))
         best = max(best, (width * vectors, vectors, width))
     _, vectors, width = best
     return width, vectors * lanes
 
 
-def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """NHWC conv: register tiles of (output positions x output-channel vectors), epilogue on the tile.
 
         for batch: parallel for (channel block, row):       <- the weight block stays in cache
@@ -144,7 +143,8 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     per_group = out_channels // groups
     grouped = groups > 1 and per_group > 1
     width_block, channel_block = _nhwc_tile(out_width, per_group if grouped else out_channels,
-                                            vector_lanes(target, acc.dtype))
+                                            vector_lanes(target, acc.dtype), config["max_accumulators"],
+                                            config["max_tile_width"])
     if grouped:
         # Split by the group first: the input channel (o // per_group) * C/G + rc then
         # simplifies to group * C/G + rc, invariant over the vector of output channels.
@@ -175,10 +175,10 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
         stage.vectorize(o)
 
 
-def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """dense / batch_matmul: (row block x column vector) tiles, batch and row blocks parallel."""
     if (anchor.op.attrs or {}).get("split"):
-        _apply_dense_split(s, anchor, output, target)
+        _apply_dense_split(s, anchor, output, target, config)
         return
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "dense_pack" and producer.op in s.stage_map:
@@ -196,7 +196,7 @@ def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) ->
     column_block = pack if pack > 1 else divisor_at_most(columns, lanes)
     column_outer, column_inner = out.split(axes[-1], factor=column_block)
     if len(axes) >= 2:
-        row_block = divisor_at_most(int(output.shape[-2]), ROW_BLOCK)
+        row_block = divisor_at_most(int(output.shape[-2]), config["row_block"])
         row_outer, row_inner = out.split(axes[-2], factor=row_block)
         out.reorder(*axes[:-2], row_outer, column_outer, row_inner, column_inner)
         fused = fuse_for_attach(out, [*axes[:-2], row_outer, column_outer])
@@ -216,13 +216,9 @@ def apply_dense(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) ->
         stage.vectorize(data_axes[-1])
 
 
-DENSE_SPLIT_ROWS = 8
-"""Weight rows one tile of the batch-1 dense streams at once (one vector accumulator each)."""
-
-
-def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """Batch-1 dense (T_dense_partial -> T_dense, see ops/nn/dense.py): parallel over blocks of
-    outputs; per block, the partial sums of DENSE_SPLIT_ROWS weight rows accumulate in vectors
+    outputs; per block, the partial sums of config["split_rows"] weight rows accumulate in vectors
     while the rows stream once from memory, then each row's lanes are added and the epilogue
     applied.
 
@@ -235,7 +231,7 @@ def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, tar
     out = s[output]
     axes = list(out.op.axis)
     units = int(output.shape[-1])
-    block = divisor_at_most(units, DENSE_SPLIT_ROWS)
+    block = divisor_at_most(units, config["split_rows"])
     outer, inner = out.split(axes[-1], factor=block)
     # batch axes (all of extent 1) stay serial outside: fused, bound inference would relax them
     _parallel(out, outer, target)
@@ -249,7 +245,7 @@ def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, tar
     stage.vectorize(lane)
 
 
-def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """Pooling: (batch, channel) parallel, the padded plane computed per channel, width vectorized."""
     acc, output = accumulator(s, anchor, output)
     if not _same_shape(acc, output):
@@ -306,7 +302,7 @@ def _attach_rows(s: te.Schedule, output: te.Tensor, reductions: list[te.Tensor],
         s[tensor].compute_at(out, fused)
 
 
-def apply_softmax(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_softmax(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """softmax / log_softmax: rows parallel, max and exp-sum computed per row (softmax axis last)."""
     axis = anchor.op.attrs.get("axis", anchor.ndim - 1)
     reductions = _with_reduce_producers([t for t in anchor.op.input_tensors if _is_reduction(t)])
@@ -334,7 +330,7 @@ def _with_reduce_producers(reductions: list[te.Tensor]) -> list[te.Tensor]:
     return ordered
 
 
-def apply_norm(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_norm(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """layer_norm (mean, variance per row) and lrn (windowed sum per element row)."""
     reductions = _with_reduce_producers([t for t in anchor.op.input_tensors if _is_reduction(t)])
     if anchor.op is not output.op or not reductions:
@@ -353,7 +349,7 @@ def apply_norm(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> 
         schedule_injective_stage(s, output, target)
 
 
-def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -> None:
+def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
     """A reduction (sum, argmax, global pool, cumsum, topk) with an optional elementwise epilogue."""
     if anchor.op is output.op or not _same_shape(anchor, output) or not output.shape:
         schedule_reduce_stage(s, anchor, target)
@@ -369,7 +365,6 @@ def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target) -
 
 
 def _parallel_if_large(stage, axis, output, target) -> None:
-    from .common import PARALLEL_MIN_WORK
     size = 1
     for d in output.shape:
         size *= int(d)
@@ -377,7 +372,16 @@ def _parallel_if_large(stage, axis, output, target) -> None:
         _parallel(stage, axis, target)
 
 
+def _reduce_at_root(s, tensor, target, config) -> None:
+    schedule_reduce_stage(s, tensor, target)
+
+
+def _injective_at_root(s, tensor, target, config) -> None:
+    schedule_injective_stage(s, tensor, target)
+
+
 ANCHOR_SCHEDULES = {
+    "reduce": _reduce_at_root, "injective": _injective_at_root,
     tags.CONV2D_NCHW: apply_conv2d, tags.DEPTHWISE_CONV2D_NCHW: apply_conv2d,
     tags.GROUP_CONV2D_NCHW: apply_conv2d, tags.CONV2D_TRANSPOSE_NCHW: apply_conv2d,
     tags.CONV2D_NHWC: apply_conv2d_nhwc,
@@ -388,4 +392,4 @@ ANCHOR_SCHEDULES = {
     tags.GLOBAL_POOL: apply_reduce, tags.COMM_REDUCE: apply_reduce, tags.SCAN: apply_reduce,
     tags.SORT: apply_reduce,
 }
-"""Anchor tag -> `apply(s, anchor, output, target)`."""
+"""Anchor tag -> `apply(s, anchor, output, target, config)`, plus the fused walker's root-stage entries."""

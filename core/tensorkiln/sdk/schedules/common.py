@@ -1,4 +1,4 @@
-"""ops/schedule/common.py: what every default schedule shares.
+"""sdk/schedules/common.py: helpers every schedule library shares (CPU or GPU style).
 
 Target facts come only from `target.capabilities` (vector width, threads), never from
 the target's name. Tiles are chosen to divide their axes where possible: a loop with
@@ -11,7 +11,7 @@ from typing import Iterable, Sequence
 from ... import te
 from ...ir.dtypes import dtype_of
 from ...tir.arith import as_int
-from .. import tags
+from ...ops import tags
 
 __all__ = ["resolve_target", "vector_lanes", "can_parallel", "as_outputs", "stages_of", "inline_injective",
            "divisor_at_most", "extent_of", "fuse_all", "fuse_for_attach", "vectorize_inner", "schedule_injective_stage",
@@ -25,8 +25,8 @@ PARALLEL_MIN_WORK = 1 << 14
 def resolve_target(target):
     """A Target from a Target or a target string ("llvm"); objects with `.capabilities` pass through."""
     if isinstance(target, str):
-        from ...target_lookup import target as lookup
-        return lookup(target)
+        from ..plugin_manager import registry
+        return registry().target(target)
     return target
 
 

@@ -1,0 +1,133 @@
+"""strategies: cpu_llvm's op implementations (tensorkiln_strategies hook), derived from the target's CPU.
+
+Every tile size here is a knob whose analytic default comes from `host.cpu_facts(target)`
+(vector width, register count), so `-mcpu=haswell` or `-mattr=-avx512f` on an AVX-512
+host gets AVX2-shaped code, and the tuner can search the candidates:
+
+    implementation               keys                          knobs
+    cpu_llvm.dense_ukernel       nn.dense, nn.matmul (fp32)    mc, kc (the packed micro-kernel, ukernel.py)
+    cpu_llvm.dense_split         nn.dense, one row              split, split_rows
+    cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
+    cpu_llvm.dense               tags dense, batch_matmul       row_block
+    cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width
+    cpu_llvm.conv2d_nchw         NCHW conv tags                 channel_block
+    cpu_llvm.pool / .softmax / .norm / .reduce / .injective     (no knobs)
+"""
+from __future__ import annotations
+
+from tensorkiln.ops import tags
+from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
+from tensorkiln.sdk.schedules import schedule_fused
+
+from ..host import cpu_facts
+from . import ukernel
+from .anchors import ANCHOR_SCHEDULES
+from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
+
+__all__ = ["cpu_strategies", "ANCHOR_SCHEDULES"]
+
+_KEEP_TAGS = ("injective.pad", PACK_TAG)
+
+
+def _lanes(target, dtype: str = "float32") -> int:
+    bits = 64 if dtype in ("float64", "int64", "uint64") else 16 if dtype in ("float16", "int16") else \
+        8 if dtype in ("int8", "uint8", "bool") else 32
+    return max(1, min(16, cpu_facts(target).vector_bits // bits))
+
+
+def _with_default(candidates, default) -> tuple:
+    return tuple(sorted(set(candidates) | {default}))
+
+
+def _schedule(outputs, target, config):
+    return schedule_fused(outputs, target, ANCHOR_SCHEDULES, config, keep_tags=_KEEP_TAGS)
+
+
+# ---- knob spaces --------------------------------------------------------------------------------
+
+
+def _conv_nhwc_space(workload, target) -> TuningSpace:
+    facts = cpu_facts(target)
+    # accumulators: three quarters of the vector registers, the rest hold the weight vectors and
+    # the broadcast input (AVX-512: 24 of 32; AVX2: 12 of 16, as in the 6x16 GEMM micro-kernel)
+    accumulators = facts.vector_registers * 3 // 4
+    return TuningSpace((Knob("max_accumulators", _with_default((4, 8, 12, 16, 24), accumulators), accumulators),
+                        Knob("max_tile_width", (4, 7, 8, 14, 16), 14)))
+
+
+def _conv_nchw_space(workload, target) -> TuningSpace:
+    return TuningSpace((Knob("channel_block", (1, 2, 4, 8), 4),))
+
+
+def _dense_space(workload, target) -> TuningSpace:
+    return TuningSpace((Knob("row_block", (1, 2, 4, 8), 4),))
+
+
+def _split_max(target) -> int:
+    """Partial sums per output of the batch-1 dense: two vectors on a 16-register CPU, one on a 32-register one."""
+    facts = cpu_facts(target)
+    lanes = _lanes(target)
+    return lanes * 2 if facts.vector_registers <= 16 else lanes
+
+
+def _weight(call):
+    return call.args[1].checked_type
+
+
+def _rows(call) -> int:
+    rows = 1
+    for extent in call.args[0].checked_type.shape[:-1]:
+        rows *= int(extent)
+    return rows
+
+
+def _dense_split_space(workload, target) -> TuningSpace:
+    reduction = int(_weight(workload.call).shape[1])
+    default = largest_divisor_in(reduction, 4, _split_max(target))
+    divisors = [d for d in (4, 8, 16, 32) if reduction % d == 0]
+    return TuningSpace((Knob("split", _with_default(divisors, default), default),
+                        Knob("split_rows", (1, 2, 4, 8, 16), 8)))
+
+
+def _dense_split_applies(call, target):
+    if _rows(call) != 1:
+        return "more than one row: the packed dense applies"
+    if largest_divisor_in(int(_weight(call).shape[1]), 4, _split_max(target)) == 1:
+        return "K has no divisor in [4, split_max]"
+    return True
+
+
+def _dense_packed_space(workload, target) -> TuningSpace:
+    units = int(_weight(workload.call).shape[0])
+    default = largest_divisor_in(units, 4, 2 * _lanes(target))
+    divisors = [d for d in (1, 4, 8, 16, 32) if units % d == 0]
+    return TuningSpace((Knob("pack", _with_default(divisors, default), default),
+                        Knob("row_block", (1, 2, 4, 8), 4)))
+
+
+def _dense_split_compute(inputs, attrs, out_type, target, config):
+    data, weight = inputs
+    return dense_split(data, weight, config["split"])
+
+
+def _dense_packed_compute(inputs, attrs, out_type, target, config):
+    data, weight = inputs
+    return dense_packed(data, weight, config["pack"])
+
+
+def cpu_strategies(target) -> list[OpImplementation]:
+    """Every implementation cpu_llvm declares for `target` (a resolved cpu_llvm Target)."""
+    conv_nchw = (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.CONV2D_TRANSPOSE_NCHW)
+    plain = (tags.POOL, tags.SOFTMAX, tags.LOG_SOFTMAX, tags.NORM, tags.GLOBAL_POOL, tags.COMM_REDUCE, tags.SCAN,
+             tags.SORT, "injective")
+    return [
+        *ukernel.ukernel_strategies(target),
+        OpImplementation("cpu_llvm.dense_split", ("nn.dense",), _schedule, compute=_dense_split_compute,
+                         space=_dense_split_space, condition=_dense_split_applies, priority=10),
+        OpImplementation("cpu_llvm.dense_packed", ("nn.dense",), _schedule, compute=_dense_packed_compute,
+                         space=_dense_packed_space, priority=5),
+        OpImplementation("cpu_llvm.dense", (tags.DENSE, tags.BATCH_MATMUL), _schedule, space=_dense_space),
+        OpImplementation("cpu_llvm.conv2d_nhwc", (tags.CONV2D_NHWC,), _schedule, space=_conv_nhwc_space),
+        OpImplementation("cpu_llvm.conv2d_nchw", conv_nchw, _schedule, space=_conv_nchw_space),
+        *(OpImplementation(f"cpu_llvm.{key}", (key,), _schedule) for key in plain),
+    ]
