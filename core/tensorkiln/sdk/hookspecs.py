@@ -39,7 +39,7 @@ class TensorkilnHookSpecs:
         """Return `LayoutPreference`s beyond the manifest's static ones for `target`.
 
         Called by the layout pass before it converts ops; e.g. a plugin may prefer
-        NCHW8c for conv2d only when the host has AVX-512.
+        NHWC for conv2d only when the target's CPU has vector registers (cpu_llvm does this).
         """
 
     @hookspec
@@ -74,7 +74,7 @@ class TensorkilnHookSpecs:
 
         Called during partitioning. A predicate returns True when the op (with its
         attributes and types) runs on `target`, or a reason string when it does not;
-        the op then falls back to cpu_llvm and the placement report shows the reason.
+        the op then falls back to an available CPU target and the placement report shows the reason.
         """
 
     @hookspec

@@ -28,3 +28,25 @@ def tensorkiln_strategies(target):
         return []
     from tensorkiln.sdk.schedules.gpu import gpu_strategies
     return gpu_strategies(target, prefix="opencl")
+
+
+SERIAL_TOPK_MAX_ELEMENTS = 4096
+"""topk's values and indices share their ranking stage, so the GPU library runs the whole group
+on one work-item (sdk/schedules/gpu.py); past this many input elements the CPU is faster."""
+
+
+def _topk_runs_well(call):
+    elements = 1
+    for extent in call.args[0].checked_type.shape:
+        elements *= int(extent)
+    if elements > SERIAL_TOPK_MAX_ELEMENTS:
+        return (f"serial_on_one_work_item:{elements}_elements>{SERIAL_TOPK_MAX_ELEMENTS}")
+    return True
+
+
+@hookimpl
+def tensorkiln_supported_ops(target):
+    """Ops the manifest claims ("*") that this plugin sends elsewhere for a reason of their shape."""
+    if not _ours(target):
+        return {}
+    return {"topk": _topk_runs_well}

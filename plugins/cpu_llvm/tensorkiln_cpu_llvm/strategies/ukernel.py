@@ -29,7 +29,7 @@ from tensorkiln.sdk.schedules import inline_injective, schedule_injective_stage
 from ..host import cpu_facts
 from ..ukernels import GemmTile
 
-__all__ = ["ukernel_strategies", "UKERNEL_TAG", "tile_for_rows"]
+__all__ = ["ukernel_strategies", "gemm_applies", "UKERNEL_TAG", "tile_for_rows"]
 
 UKERNEL_TAG = "gemm_ukernel"
 PACK_TAG = "gemm_pack"
@@ -87,7 +87,7 @@ def _gemm_shape(call) -> tuple[int, int, int] | None:
     return None
 
 
-def _applies(call, target):
+def gemm_applies(call, target):
     shape = _gemm_shape(call)
     if shape is None:
         return "not a float32 2-D dense / matmul or a 1x1 stride-1 unpadded NHWC/HWIO conv2d"
@@ -196,9 +196,9 @@ def ukernel_strategies(target) -> list[OpImplementation]:
     """The micro-kernel implementations; they win over the generic dense and conv schedules where they apply."""
     return [
         OpImplementation("cpu_llvm.dense_ukernel", ("nn.dense",), _schedule, compute=_dense_compute, space=_space,
-                         condition=lambda c, t: _applies(c, t), priority=20),
+                         condition=gemm_applies, priority=20),
         OpImplementation("cpu_llvm.matmul_ukernel", ("nn.matmul",), _schedule, compute=_matmul_compute, space=_space,
-                         condition=lambda c, t: _applies(c, t), priority=20),
+                         condition=gemm_applies, priority=20),
         OpImplementation("cpu_llvm.conv2d_1x1_ukernel", ("nn.conv2d",), _schedule, compute=_conv_compute,
-                         space=_space, condition=lambda c, t: _applies(c, t), priority=20),
+                         space=_space, condition=gemm_applies, priority=20),
     ]

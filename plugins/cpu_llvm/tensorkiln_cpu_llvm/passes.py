@@ -1,0 +1,36 @@
+"""passes.py: cpu_llvm's graph passes, returned from its tensorkiln_passes hook (they run after the core's).
+
+`cpu_llvm_transpose_dense_weights`: nn.dense(x, W) with a constant W[N, K] whose GEMM the
+micro-kernel runs (strategies/ukernel.py) becomes nn.matmul(x, W.T) with W.T[K, N] computed
+once here. The micro-kernel packs B into nr-wide panels on every call; from W[N, K] that
+is a transposing gather of K * N scalars, from W.T[K, N] a copy of contiguous vectors.
+Batch-1 dense keeps W[N, K]: its split reduction streams the rows of W (strategies/dense.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from tensorkiln.graph import Call, Constant, Module, call, rewrite
+from tensorkiln.passes import get_pass, register_pass
+
+__all__ = ["PASSES", "transpose_dense_weights"]
+
+
+@register_pass("cpu_llvm_transpose_dense_weights", opt_level=2)
+def transpose_dense_weights(mod: Module, target=None) -> Module:
+    """Rewrite micro-kernel-sized dense calls with constant weights to matmul with the weight transposed."""
+    from .strategies.ukernel import gemm_applies
+
+    def visit(node):
+        if not (isinstance(node, Call) and getattr(node.op, "name", "") == "nn.dense"):
+            return None
+        data, weight = node.args
+        if not isinstance(weight, Constant) or target is None or gemm_applies(node, target) is not True:
+            return None
+        transposed = Constant(np.ascontiguousarray(weight.value.T))
+        return call("nn.matmul", data, transposed)
+    return rewrite(mod, visit)
+
+
+PASSES = (get_pass("cpu_llvm_transpose_dense_weights"),)
+"""The registered Pass objects, in the order they run."""
