@@ -18,7 +18,10 @@ def test_tutorial_plugin_passes_the_kit(tmp_path):
     ran = run_python("import numpy as np, tensorkiln as tk\n"
                      "x = tk.graph.var('x', shape=(4,))\n"
                      "lib = tk.compile(tk.graph.nn.relu(tk.graph.add(x, x)), target='plainc', strict=True)\n"
-                     "print(lib(np.array([-1, 0, 1, 2], 'float32')).tolist())", site)
+                     "print(lib(np.array([-1, 0, 1, 2], 'float32')).tolist())\n"
+                     "print(sorted({s['strategy'] for s in lib.summary()['strategies'].values()}))", site)
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.strip() == "[0.0, 0.0, 2.0, 4.0]"
+    result, strategies = ran.stdout.strip().splitlines()[-2:]
+    assert result == "[0.0, 0.0, 2.0, 4.0]"
+    assert strategies.endswith(":rule:injective']"), strategies   # the plugin's schedule rule was used
     shutil.rmtree(site)  # the uninstall: nothing outside tmp_path was touched
