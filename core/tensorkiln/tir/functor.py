@@ -32,17 +32,12 @@ from .visit import child_fields
 
 __all__ = ["ExprFunctor", "StmtFunctor", "StmtExprVisitor"]
 
-# (visitor class, node class) -> name of the visit method, or None for visit_default
-_METHODS: dict[tuple[type, type], str | None] = {}
+# (visitor class, node class) -> name of the method that visits it ("visit_default" when none)
+_METHODS: dict[tuple[type, type], str] = {}
 
 
-def _method_name(visitor_class: type, node_class: type) -> str | None:
-    key = (visitor_class, node_class)
-    try:
-        return _METHODS[key]
-    except KeyError:
-        pass
-    found = None
+def _find_method(visitor_class: type, node_class: type) -> str:
+    found = "visit_default"
     for base in node_class.__mro__:
         if base is object:
             break
@@ -50,18 +45,12 @@ def _method_name(visitor_class: type, node_class: type) -> str | None:
         if hasattr(visitor_class, name):
             found = name
             break
-    _METHODS[key] = found
+    _METHODS[visitor_class, node_class] = found
     return found
 
 
 class _Functor:
-    """Dispatch by node class; the shared half of ExprFunctor and StmtFunctor."""
-
-    def _dispatch(self, node, args, kwargs):
-        name = _method_name(type(self), type(node))
-        if name is None:
-            return self.visit_default(node, *args, **kwargs)
-        return getattr(self, name)(node, *args, **kwargs)
+    """The error for nodes without a method; shared by ExprFunctor and StmtFunctor."""
 
     def visit_default(self, node, *args, **kwargs) -> Any:
         """Called for a node whose class (and bases) has no `visit_<ClassName>` method."""
@@ -80,14 +69,22 @@ class ExprFunctor(_Functor):
     """
 
     def visit_expr(self, expr: n.PrimExpr, *args, **kwargs) -> Any:
-        return self._dispatch(expr, args, kwargs)
+        try:
+            name = _METHODS[type(self), type(expr)]
+        except KeyError:
+            name = _find_method(type(self), type(expr))
+        return getattr(self, name)(expr, *args, **kwargs)
 
 
 class StmtFunctor(_Functor):
     """Base of visitors of tir statements: `visit_stmt(s, *args)` -> `visit_<ClassName>(s, *args)`."""
 
     def visit_stmt(self, stmt: n.Stmt, *args, **kwargs) -> Any:
-        return self._dispatch(stmt, args, kwargs)
+        try:
+            name = _METHODS[type(self), type(stmt)]
+        except KeyError:
+            name = _find_method(type(self), type(stmt))
+        return getattr(self, name)(stmt, *args, **kwargs)
 
 
 class StmtExprVisitor(ExprFunctor, StmtFunctor):
