@@ -52,7 +52,7 @@ def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[st
     body = lowering.build()
     attrs: list = []
     if lowering.intrinsics:
-        attrs.append(("tensor_intrinsics", tuple(lowering.intrinsics)))
+        attrs.append((n.TENSOR_INTRINSICS_ATTR, tuple(lowering.intrinsics)))
     func = n.PrimFunc(name, tuple(lowering.params), body, tuple(attrs))
     context = context or PassContext()
     if disabled:
