@@ -1,6 +1,6 @@
 """Liveness-based memory planning on hand-written execution plans."""
 from tensorkiln.compiler.memory_plan import plan_memory
-from tensorkiln.compiler.plan import ExecutionPlan, KernelStep, ValueInfo
+from tensorkiln.runtime.plan import ExecutionPlan, KernelStep, ValueInfo
 
 
 def _value(i, kind="intermediate", shape=(256,), dtype="float32"):

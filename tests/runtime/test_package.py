@@ -67,6 +67,15 @@ def test_round_trip_gives_equal_outputs(lib, exported):
     assert loaded.summary()["kernels"] == lib.summary()["kernels"]
 
 
+def test_save_then_load_round_trips_and_runs(lib, exported, tmp_path):
+    path = tmp_path / "saved.tkpkg"
+    tk.runtime.save(lib, path)
+    assert _entries(path) == _entries(exported)   # export is save
+    loaded = tk.runtime.load(path)
+    np.testing.assert_array_equal(loaded(X), lib(X))
+    assert loaded.plan == lib.plan and isinstance(loaded.plan, tk.runtime.ExecutionPlan)
+
+
 def test_loaded_package_exports_again_identically(exported, tmp_path):
     again = tmp_path / "again.tkpkg"
     tk.runtime.load(exported).export(again)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..graph.registry import OpPattern, get_op
-from .plan import ExecutionPlan, StorageInfo
+from ..runtime.plan import ExecutionPlan, StorageInfo
 
 __all__ = ["plan_memory", "ALIGNMENT"]
 

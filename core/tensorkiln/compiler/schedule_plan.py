@@ -24,8 +24,8 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
+from ..runtime.plan import ExecutionPlan, KernelStep
 from .memory_plan import plan_memory
-from .plan import ExecutionPlan, KernelStep
 
 __all__ = ["schedule_plan", "order_steps", "find_concurrent_levels", "peak_bytes", "step_dependencies"]
 

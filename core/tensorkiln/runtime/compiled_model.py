@@ -12,10 +12,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..compiler.plan import ExecutionPlan
 from ..sdk.codegen import Artifact
 from ..sdk.target import Target
 from .executor import GraphExecutor
+from .plan import ExecutionPlan
 
 __all__ = ["CompiledModel"]
 
@@ -109,6 +109,6 @@ class CompiledModel:
         }
 
     def export(self, path) -> None:
-        """Write one file holding kernels, plan and weights (see runtime.package)."""
-        from .package import save_package
-        save_package(self, path)
+        """Write one file holding kernels, plan and weights: `tk.runtime.save(self, path)`."""
+        from .package import save
+        save(self, path)

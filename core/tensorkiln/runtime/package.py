@@ -23,11 +23,11 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
-from ..compiler.plan import ExecutionPlan
 from ..ir.errors import ArtifactError, TensorkilnError
 from ..sdk.codegen import Artifact, KernelSignature, ParamSpec
+from .plan import ExecutionPlan
 
-__all__ = ["save_package", "load", "FORMAT_VERSION"]
+__all__ = ["save", "load", "FORMAT_VERSION"]
 
 FORMAT = "tensorkiln-model"
 FORMAT_VERSION = 1
@@ -51,7 +51,12 @@ def _npy_bytes(array: np.ndarray) -> bytes:
     return buffer.getvalue()
 
 
-def save_package(model, path) -> None:
+def save(model, path) -> None:
+    """Write `model` (a CompiledModel, what tk.compile returns) to one package file at `path`.
+
+        tk.runtime.save(lib, "model.tkpkg")      # same as lib.export("model.tkpkg")
+        lib = tk.runtime.load("model.tkpkg")
+    """
     entries: dict[str, bytes] = {}
     artifacts = {}
     targets = {}
@@ -131,7 +136,7 @@ def _check_compatible(record: dict, path) -> None:
 
 
 def load(path):
-    """Load a model package written by `CompiledModel.export`; returns a CompiledModel."""
+    """Load a model package written by `save` (or `CompiledModel.export`); returns a CompiledModel."""
     from ..sdk.plugin_manager import registry
     from .compiled_model import CompiledModel
 

@@ -1,0 +1,88 @@
+"""runtime/plan.py: the execution plan of a compiled model: values, kernel steps, storages.
+
+Plain data (JSON round-trip, no pickle), so a model package holds it as text and
+the executor runs it without the compiler. `tensorkiln.compiler.plan.build_plan`
+makes one from the fused graph; memory planning then maps values to storages.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ..ir.dtypes import dtype_of
+
+__all__ = ["ValueInfo", "KernelStep", "StorageInfo", "ExecutionPlan"]
+
+
+@dataclass(frozen=True)
+class ValueInfo:
+    """One tensor the executor handles. kind: input, constant, intermediate or output."""
+
+    id: int
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str
+    name: str
+    storage: int = -1
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * dtype_of(self.dtype).bytes
+
+
+@dataclass(frozen=True)
+class KernelStep:
+    """Run kernel `kernel` of target `target` on input values, writing output values."""
+
+    kernel: str
+    target: str
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    ops: tuple[str, ...]
+    fallback_reason: str = ""
+
+
+@dataclass(frozen=True)
+class StorageInfo:
+    """A planned buffer: `offset` into the arena of `target`'s memory."""
+
+    id: int
+    nbytes: int
+    offset: int
+    target: str
+
+
+@dataclass(frozen=True)
+class ExecutionPlan:
+    """Values, the steps that compute them, the model's inputs and outputs, and storages.
+
+    `concurrent_levels` groups step indices that may run at the same time.
+    """
+
+    values: tuple[ValueInfo, ...]
+    steps: tuple[KernelStep, ...]
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+    storages: tuple[StorageInfo, ...] = ()
+    concurrent_levels: tuple[tuple[int, ...], ...] = field(default=())
+
+    def value(self, value_id: int) -> ValueInfo:
+        return self.values[value_id]
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "ExecutionPlan":
+        return cls(
+            values=tuple(ValueInfo(**{**v, "shape": tuple(v["shape"])}) for v in data["values"]),
+            steps=tuple(KernelStep(**{**s, "inputs": tuple(s["inputs"]), "outputs": tuple(s["outputs"]),
+                                      "ops": tuple(s["ops"])}) for s in data["steps"]),
+            inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
+            storages=tuple(StorageInfo(**s) for s in data["storages"]),
+            concurrent_levels=tuple(tuple(level) for level in data.get("concurrent_levels", ())),
+        )
+
+    def with_storages(self, values: tuple[ValueInfo, ...], storages: tuple[StorageInfo, ...]) -> "ExecutionPlan":
+        return replace(self, values=values, storages=storages)
