@@ -20,7 +20,7 @@ import pytest
 
 import tensorkiln as tk
 import tensorkiln.onnx_backend
-from tensorkiln.frontend.node_tests import run_node_tests, summarize
+from tensorkiln.node_tests import run_node_tests, summarize
 from tensorkiln.onnx_backend import backend_for
 
 RECORD = Path(__file__).parent / "data" / "node_tests_cpu_llvm.json"
@@ -116,7 +116,7 @@ def test_run_node_through_the_backend():
 
 
 def test_node_tests_command_routes_through_the_backend(capsys):
-    from tensorkiln.frontend.node_tests import main
+    from tensorkiln.node_tests import main
 
     assert main(["--target", TARGET, "-k", "test_relu", "-v"]) == 0
     out = capsys.readouterr().out

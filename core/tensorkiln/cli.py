@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from . import __version__, SDK_API_VERSION
+from .cli_common import parse_shapes
 
 __all__ = ["main"]
 
@@ -78,19 +79,6 @@ def _cmd_targets(args) -> int:
     return 0
 
 
-def _parse_shapes(items: list[str] | None) -> dict | None:
-    """["input=1,3,224,224"] -> {"input": (1, 3, 224, 224)}."""
-    if not items:
-        return None
-    shapes = {}
-    for item in items:
-        name, _, dims = item.partition("=")
-        if not dims:
-            raise SystemExit(f"error: --shape {item!r} must look like NAME=1,3,224,224")
-        shapes[name] = tuple(int(d) for d in dims.split(","))
-    return shapes
-
-
 def _print_summary(summary: dict, console) -> None:
     from rich.table import Table
 
@@ -122,7 +110,7 @@ def _cmd_compile(args) -> int:
     if args.time_passes:
         instruments.append(timing)
     context = PassContext(opt_level=args.opt_level, disabled=set(args.disable_pass or ()), instruments=instruments)
-    mod = from_onnx(args.model, shape=_parse_shapes(args.shape))
+    mod = from_onnx(args.model, shape=parse_shapes(args.shape))
     lib = compile_model(mod, target=args.target, context=context, strict=args.strict)
     _print_summary(lib.summary(), console)
     if args.time_passes:
@@ -180,7 +168,7 @@ def _cmd_viz(args) -> int:
     from .sdk.plugin_manager import registry
     from .viz import draw, module_after
 
-    mod = from_onnx(args.model, shape=_parse_shapes(args.shape))
+    mod = from_onnx(args.model, shape=parse_shapes(args.shape))
     target = registry().target(args.target)
     mod = module_after(mod, args.after, target=target, opt_level=args.opt_level)
     picture = draw(mod, title=f"{Path(args.model).name} after {args.after}", show_constants=args.show_constants)

@@ -58,10 +58,10 @@ def _cmd_conformance(args) -> int:
 
 
 def _cmd_bisect(args) -> int:
-    from ..cli import _parse_shapes
+    from ..cli_common import parse_shapes
     from .bisect import bisect
 
-    result = bisect(args.model, args.target, reference=args.reference, shape=_parse_shapes(args.shape),
+    result = bisect(args.model, args.target, reference=args.reference, shape=parse_shapes(args.shape),
                     seed=args.seed)
     result.print(_console())
     return 0 if result.first_divergence is None else 3

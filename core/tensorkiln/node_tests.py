@@ -1,8 +1,8 @@
 """ONNX backend node tests, generated in-process, run through a pluggable executor.
 
-    python -m tensorkiln.frontend.node_tests            # reference interpreter, prints counts
-    python -m tensorkiln.frontend.node_tests -v         # also lists failures
-    python -m tensorkiln.frontend.node_tests --target cpu_llvm   # through tensorkiln.onnx_backend
+    python -m tensorkiln.node_tests            # reference interpreter, prints counts
+    python -m tensorkiln.node_tests -v         # also lists failures
+    python -m tensorkiln.node_tests --target cpu_llvm   # through tensorkiln.onnx_backend
 
 `run_node_tests(run_fn)` imports each test model with `from_onnx` and calls
 `run_fn(module, inputs) -> list of arrays`; another executor (a compiled target)
@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..ir.errors import DTypeError, InternalError, TensorkilnError, UnsupportedOpError
+from .ir.errors import DTypeError, InternalError, TensorkilnError, UnsupportedOpError
 
 __all__ = ["NodeCase", "NodeResult", "node_cases", "run_node_tests", "reference_run", "summarize"]
 
@@ -81,7 +81,7 @@ def _is_float32_only(inputs, outputs) -> bool:
 
 def reference_run(module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
     """The default executor: the graph's numpy reference interpreter."""
-    from ..graph.interpreter import evaluate
+    from .graph.interpreter import evaluate
     result = evaluate(module, inputs)
     return result if isinstance(result, list) else [result]
 
@@ -95,7 +95,7 @@ def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarra
     each case goes through `backend.prepare(model, shape=..., constants=...)` and `rep.run(inputs)`
     instead of `from_onnx` and `run_fn`.
     """
-    from .onnx import from_onnx
+    from .frontend.onnx import from_onnx
     importer = from_onnx
     if backend is not None:
         def importer(model, shape, constants=None):
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     backend = None
     if args.target:
-        from ..onnx_backend import backend_for
+        from .onnx_backend import backend_for
         backend = backend_for(args.target)
     start = time.time()
     results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend)

@@ -1,5 +1,5 @@
 """The ONNX backend node tests through from_onnx + the reference interpreter."""
-from tensorkiln.frontend.node_tests import reference_run, run_node_tests, summarize
+from tensorkiln.node_tests import reference_run, run_node_tests, summarize
 
 # Lower bounds of what the reference interpreter reaches (onnx 1.23); raise them as coverage grows.
 MIN_PASS_ALL = 1349
