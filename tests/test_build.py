@@ -1,6 +1,8 @@
 """tests/test_build.py: tk.build: te schedules (the seed's examples) and PrimFuncs -> runtime.Module, compared with numpy."""
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 
@@ -110,6 +112,13 @@ def test_module_api(operands):
         f.get_function("nope")
     with pytest.raises(KeyError, match="no 'ptx' source"):
         f.get_source("ptx")
+
+
+def test_build_and_compile_default_to_the_same_target():
+    build_default = inspect.signature(tk.build).parameters["target"].default
+    assert build_default == inspect.signature(tk.compile).parameters["target"].default == "cpu_llvm"
+    A, B, C = matmul(8)
+    assert str(tk.build(te.create_schedule(C.op), [A, B, C]).target) == str(tk.target(build_default))
 
 
 def test_build_errors():

@@ -30,7 +30,7 @@ def _prim_funcs(sch_or_funcs: Any, args: Sequence[Any] | None, name: str) -> lis
     return [lower(sch_or_funcs, list(args), name=name)]
 
 
-def build(sch_or_funcs: Any, args: Sequence[Any] | None = None, target: Any = "llvm", name: str = "main") -> Module:
+def build(sch_or_funcs: Any, args: Sequence[Any] | None = None, target: Any = "cpu_llvm", name: str = "main") -> Module:
     """Compile and load kernels for `target`; returns a Module whose call runs kernel `name`.
 
     `sch_or_funcs` is a te.Schedule (lowered with `args` by `tensorkiln.te.lower`),
