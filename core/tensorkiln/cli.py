@@ -79,6 +79,20 @@ def _cmd_targets(args) -> int:
     return 0
 
 
+def _print_strategies(summary: dict, console) -> None:
+    """Per kernel: the implementation the target's strategies chose, its knob values and what was rejected."""
+    from rich.table import Table
+
+    table = Table(title="strategies")
+    for column in ("kernel", "target", "strategy", "knobs", "space", "not applicable"):
+        table.add_column(column)
+    for kernel, row in (summary.get("strategies") or {}).items():
+        knobs = ", ".join(f"{k}={v}" for k, v in row["config"].items()) or "-"
+        rejected = "; ".join(f"{name}: {reason}" for name, reason in row.get("rejected", ())) or "-"
+        table.add_row(kernel, row["target"].split()[0], row["strategy"], knobs, str(row["space_size"]), rejected)
+    console.print(table)
+
+
 def _print_summary(summary: dict, console) -> None:
     from rich.table import Table
 
@@ -113,6 +127,8 @@ def _cmd_compile(args) -> int:
     mod = from_onnx(args.model, shape=parse_shapes(args.shape))
     lib = compile_model(mod, target=args.target, context=context, strict=args.strict)
     _print_summary(lib.summary(), console)
+    if args.explain:
+        _print_strategies(lib.summary(), console)
     if args.time_passes:
         console.print(timing.render())
     output = args.output or str(Path(args.model).with_suffix(".tkpkg"))
@@ -203,6 +219,8 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("--disable-pass", action="append", metavar="NAME")
     compile_cmd.add_argument("--print-ir-after", action="append", metavar="NAME", help="NAME or '*'")
     compile_cmd.add_argument("--time-passes", action="store_true")
+    compile_cmd.add_argument("--explain", action="store_true",
+                             help="show, per kernel, the strategy each target chose and its knob values")
     compile_cmd.add_argument("--strict", action="store_true", help="refuse to fall back to another target")
     compile_cmd.set_defaults(run=_cmd_compile)
 

@@ -46,7 +46,7 @@ def _group_calls(mod: Module) -> list[Call]:
     return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
 
 
-def _lower_all(calls: list[Call], placement: Placement) -> tuple[dict[str, list[GroupKernel]], dict[int, str], dict[int, str]]:
+def _lower_all(calls: list[Call], placement: Placement, configs=None) -> tuple[dict[str, list[GroupKernel]], dict[int, str], dict[int, str]]:
     """Lower every group once per distinct (function, target); identical groups share a kernel."""
     kernels: dict[str, list[GroupKernel]] = {}
     by_key: dict[tuple, str] = {}
@@ -63,7 +63,7 @@ def _lower_all(calls: list[Call], placement: Placement) -> tuple[dict[str, list[
                 suffix += 1
                 name = f"{base}_{suffix}"
             used.add(name)
-            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target))
+            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target, configs))
             by_key[key] = name
         names[id(call)] = by_key[key]
         targets[id(call)] = str(target)
@@ -104,6 +104,8 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     placement = placement.for_groups(mod)
     calls = _group_calls(mod)
     kernels, names, targets = _lower_all(calls, placement)
+    strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
+                  for text, group_kernels in kernels.items() for k in group_kernels}
     artifacts, target_objects = {}, {}
     for target_text, group_kernels in kernels.items():
         resolved = registry().target(target_text)
@@ -119,7 +121,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
         skipped_passes={s.name: s.reason for s in (*manager.skipped, *fuse_manager.skipped)},
-        compile_seconds=time.perf_counter() - start, graph=mod)
+        compile_seconds=time.perf_counter() - start, graph=mod, strategies=strategies)
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ class CompiledModel:
     def __init__(self, *, plan: ExecutionPlan, constants: dict[int, np.ndarray], artifacts: dict[str, Artifact],
                  target_objects: dict[str, Target], target: str, ops_before_fusion: int = 0,
                  pass_times: dict[str, float] | None = None, compile_seconds: float = 0.0, graph=None,
-                 skipped_passes: dict[str, str] | None = None) -> None:
+                 skipped_passes: dict[str, str] | None = None, strategies: dict[str, dict] | None = None) -> None:
         self.plan = plan
         self.constants = constants
         self.artifacts = artifacts
@@ -34,6 +34,7 @@ class CompiledModel:
         self.pass_times = dict(pass_times or {})
         self.skipped_passes = dict(skipped_passes or {})
         self.compile_seconds = compile_seconds
+        self.strategies = dict(strategies or {})
         self.graph = graph
         self._loaded: dict[str, Any] = {}
         self._executor: GraphExecutor | None = None
@@ -106,6 +107,7 @@ class CompiledModel:
             "skipped_passes": dict(self.skipped_passes),
             "compile_seconds": self.compile_seconds,
             "placement": self.placement(),
+            "strategies": dict(self.strategies),
         }
 
     def export(self, path) -> None:
