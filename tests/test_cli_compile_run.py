@@ -22,7 +22,7 @@ def tensorkiln(*args, cwd) -> subprocess.CompletedProcess:
 def package(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cli")
     result = tensorkiln("compile", MODEL, "--shape", "input=1,3,32,32", "-o", folder / "x.tkpkg", "--time-passes",
-                        cwd=folder)
+                        "--explain", cwd=folder)
     return folder, folder / "x.tkpkg", result
 
 
@@ -37,6 +37,17 @@ def test_compile_prints_summary_placement_and_pass_times(package):
     # --time-passes: one row per pass that ran, with milliseconds, and a total.
     assert "fuse_ops" in out and "simplify_inference" in out
     assert " ms" in out and "total" in out
+
+
+def test_compile_explain_names_each_kernels_strategy_and_knobs(package):
+    _, _, result = package
+    out = result.stdout
+    assert "strategies" in out
+    # the small CNN's dense has one row: cpu_llvm's split dense, with its knob values; the
+    # micro-kernel did not apply, and the reason is shown
+    assert "cpu_llvm.dense_split" in out and "split=" in out
+    assert "cpu_llvm.dense_ukernel" in out and "M=1" in out
+    assert "cpu_llvm.pool" in out
 
 
 def test_run_random_prints_output_shapes_and_latency(package):
