@@ -21,8 +21,7 @@ def _plan(mod):
     fused = group_each_op(fuse_ops(mod))
     calls = [n for n in graph.post_order(fused.main.body)
              if isinstance(n, graph.Call) and isinstance(n.op, graph.Function)]
-    plan, _ = build_plan(fused.main, {id(c): f"k{i}" for i, c in enumerate(calls)},
-                         {id(c): "cpu_llvm" for c in calls})
+    plan, _ = build_plan(fused.main, {id(c): f"k{i}" for i, c in enumerate(calls)}, "cpu_llvm")
     return plan
 
 

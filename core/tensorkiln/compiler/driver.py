@@ -17,7 +17,7 @@ from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
 from .lower_groups import GroupKernel, group_name, lower_group
 from .schedule_plan import schedule_plan
-from .placement import Placement, place_ops
+from .placement import place_ops
 from .plan import build_plan
 
 __all__ = ["compile", "as_module"]
@@ -46,15 +46,17 @@ def _group_calls(mod: Module) -> list[Call]:
     return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
 
 
-def _lower_all(calls: list[Call], placement: Placement, configs=None) -> tuple[dict[str, list[GroupKernel]], dict[int, str], dict[int, str]]:
-    """Lower every group once per distinct (function, target); identical groups share a kernel."""
+def _lower_all(calls: list[Call], primary: Target, configs=None) -> tuple[dict[str, list[GroupKernel]], dict[int, str]]:
+    """Lower every group once per distinct (function, target); identical groups share a kernel.
+
+    A group runs on the target its function's "target" attr names (placement), else on `primary`.
+    """
     kernels: dict[str, list[GroupKernel]] = {}
     by_key: dict[tuple, str] = {}
     names: dict[int, str] = {}
-    targets: dict[int, str] = {}
     used: set[str] = set()
     for call in calls:
-        target = placement.target_of(call)
+        target = registry().target(call.op.attr("target") or str(primary))
         key = (structural_hash(call.op), str(target))
         if key not in by_key:
             base = group_name(call.op)
@@ -66,8 +68,7 @@ def _lower_all(calls: list[Call], placement: Placement, configs=None) -> tuple[d
             kernels.setdefault(str(target), []).append(lower_group(call.op, name, target, configs))
             by_key[key] = name
         names[id(call)] = by_key[key]
-        targets[id(call)] = str(target)
-    return kernels, names, targets
+    return kernels, names
 
 
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
@@ -94,16 +95,13 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     plugin_passes = registry().call("tensorkiln_passes", target)
     manager = PassManager(context, target)
     mod = manager.run(mod, (*_pipeline(context), *plugin_passes))
-    placement = place_ops(mod, target, strict=strict)
+    mod = place_ops(mod, target, strict=strict)
     # Fusion runs after placement so a group never mixes targets.
-    fuse_context = dataclasses.replace(context, config={**context.config, "fuse_ops": {
-        **context.config.get("fuse_ops", {}), "placement": placement.by_call}})
-    fuse_manager = PassManager(fuse_context, target)
+    fuse_manager = PassManager(context, target)
     mod = fuse_manager.run(mod, ("fuse_ops",))
-    mod = group_each_op(mod, placement.by_call)
-    placement = placement.for_groups(mod)
+    mod = group_each_op(mod)
     calls = _group_calls(mod)
-    kernels, names, targets = _lower_all(calls, placement)
+    kernels, names = _lower_all(calls, target)
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
     artifacts, target_objects = {}, {}
@@ -111,7 +109,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         resolved = registry().target(target_text)
         artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
         target_objects[target_text] = resolved
-    plan, constants = build_plan(mod.main, names, targets, placement.reasons_by_call)
+    plan, constants = build_plan(mod.main, names, str(target))
     # Memory-aware step order, concurrent levels (where every target allows it) and storages.
     if concurrent is None:
         concurrent = context.opt_level >= 1 and all(

@@ -47,16 +47,28 @@ def _output_types(function: Function) -> tuple[TensorType, ...]:
 def lower_group(function: Function, name: str, target, configs=None) -> GroupKernel:
     """Build, schedule and lower one primitive function for `target`.
 
-    `configs(implementation, space) -> dict | None` supplies tuned knob values (a tuning
-    record); without it every knob takes its analytic default.
+    The group's te tensors are built with the ops' own computes, the target's strategies pick
+    an implementation for them (compiler/strategy.py); when it replaces the anchor op's compute,
+    the tensors are built again with it. `configs(implementation, space) -> dict | None`
+    supplies tuned knob values (a tuning record); without it every knob takes its default.
     """
-    from .. import te
     from ..te.lower import lower
     from . import strategy
 
     calls = [node for node in post_order(function.body) if isinstance(node, Call)]
-    choice = strategy.select_by_call(calls, target, configs)
-    anchor = strategy.anchor_call(calls)
+    placeholders, outputs, ops = _build_tensors(function, name, target)
+    choice = strategy.select(calls, outputs, target, configs)
+    if choice.implementation is not None and choice.implementation.compute is not None:
+        anchor = strategy.anchor_call(calls)
+        placeholders, outputs, ops = _build_tensors(function, name, target, anchor, choice)
+    schedule = choice.schedule(outputs, target)
+    func = lower(schedule, placeholders + outputs, name=name)
+    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe())
+
+
+def _build_tensors(function: Function, name: str, target, anchor: Call | None = None, choice=None):
+    """(placeholders, outputs, op names) of the group; `anchor` is computed by `choice`'s compute."""
+    from .. import te
 
     tensors: dict[int, object] = {}
     placeholders = []
@@ -81,7 +93,7 @@ def lower_group(function: Function, name: str, target, configs=None) -> GroupKer
                 raise UnsupportedOpError(f"op {op.name} has no te compute, so it cannot be compiled "
                                          f"(node {node.summary()})")
             inputs = [tensors[id(arg)] for arg in node.args]
-            if node is anchor and choice is not None and choice.implementation.compute is not None:
+            if node is anchor:
                 result = choice.implementation.compute(inputs, node.attrs, node.checked_type, target,
                                                        dict(choice.config))
             else:
@@ -98,12 +110,7 @@ def lower_group(function: Function, name: str, target, configs=None) -> GroupKer
         if any(out is p for p in placeholders):
             # An output that is an input unchanged still needs a kernel that writes it.
             outputs[index] = te.compute(out.shape, lambda *i, src=out: src[i], name=f"copy{index}", tag="injective")
-    if choice is None:
-        choice = strategy.select_by_tag(outputs, target, anchor if anchor is not None else
-                                        (calls[-1] if calls else None), configs, ops=tuple(ops))
-    schedule = choice.schedule(outputs, target)
-    func = lower(schedule, placeholders + outputs, name=name)
-    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe())
+    return placeholders, outputs, ops
 
 
 def _constant_tensor(node: Constant, te):

@@ -1,23 +1,27 @@
-"""Placement: which target runs each op, and why an op fell back.
+"""Placement: which target runs each op, and why an op fell back, written into the IR.
 
 An op runs on the requested target when its manifest claims it, every
 `tensorkiln_supported_ops` predicate of that target accepts it, and the
 target's dtypes cover its operands. Otherwise it falls back to an available
 CPU target (device_kind "cpu") unless strict mode refuses, listing every
-unsupported op. Fusion then only groups ops placed on the same target.
+unsupported op. `place_ops` returns the module with every op call annotated
+(`Call.target`, `Call.fallback_reason`); fusion then only groups calls of one
+target and puts the target and the reason on the group function's attrs, where
+lowering and the execution plan read them.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
-from ..graph import Call, Function, Module, post_order
+from ..graph import Call, Expr, Function, Module, post_order, with_operands
 from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType, TupleType
 from ..ir.errors import UnsupportedOpError
 from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
 
-__all__ = ["Placement", "place_ops", "unsupported_reason"]
+__all__ = ["place_ops", "unsupported_reason", "FOLLOWS_FALLBACK"]
 
 
 def _dtypes(call: Call) -> set[str]:
@@ -44,44 +48,20 @@ def unsupported_reason(call: Call, target: Target, predicates: dict) -> str:
     return ""
 
 
-@dataclass
-class Placement:
-    """Target per op call (by node identity) and the fallback reason codes."""
-
-    target: Target
-    targets: dict[str, Target] = field(default_factory=dict)
-    by_call: dict[int, str] = field(default_factory=dict)
-    reasons: dict[int, str] = field(default_factory=dict)
-    reasons_by_call: dict[int, str] = field(default_factory=dict)
-    group_targets: dict[int, str] = field(default_factory=dict)
-    predicates: dict = field(default_factory=dict)   # the requested target's, merged from its plugins
-
-    def target_of(self, call: Call) -> Target:
-        return self.targets[self.group_targets.get(id(call), str(self.target))]
-
-    def for_groups(self, mod: Module) -> "Placement":
-        """Map each group call of the fused module to its target (from the group's ops)."""
-        for node in post_order(mod.main.body):
-            if isinstance(node, Call) and isinstance(node.op, Function):
-                text = node.op.attr("target") or str(self.target)
-                self.group_targets[id(node)] = text
-                if text == str(self.target):
-                    continue
-                # fuse_ops rebuilds the calls inside a group, so the reasons recorded by node
-                # identity in place_ops do not reach them: ask the requested target again.
-                calls = [c for c in post_order(node.op.body) if isinstance(c, Call) and isinstance(c.op, Op)]
-                reasons = [self.reasons.get(id(c)) or unsupported_reason(c, self.target, self.predicates)
-                           for c in calls]
-                reasons = [reason for reason in reasons if reason]
-                self.reasons_by_call[id(node)] = reasons[0] if reasons else FOLLOWS_FALLBACK
-        return self
-
-
 FOLLOWS_FALLBACK = "follows_fallback"
 """Reason code of a cheap op the target could run, placed with the fallback ops around it."""
 
 
-def _follow_fallbacks(mod: Module, placement: "Placement") -> None:
+@dataclass
+class _Decisions:
+    """place_ops' working state, by node identity within one call of place_ops (never returned)."""
+
+    primary: str
+    by_call: dict[int, str] = field(default_factory=dict)
+    reasons: dict[int, str] = field(default_factory=dict)
+
+
+def _follow_fallbacks(mod: Module, placement: _Decisions) -> None:
     """Move data-movement ops (pattern INJECTIVE: reshape, transpose, ...) sandwiched between
     ops of one fallback target onto that target.
 
@@ -90,7 +70,7 @@ def _follow_fallbacks(mod: Module, placement: "Placement") -> None:
     fallback target moves there; backward: a moved op none of whose users runs there moves back.
     Elementwise and broadcast ops compute, so they stay on the requested target.
     """
-    primary = str(placement.target)
+    primary = placement.primary
     calls = [n for n in post_order(mod.main.body) if isinstance(n, Call) and isinstance(n.op, Op)]
     users: dict[int, list[Call]] = {}
     for call in calls:
@@ -124,8 +104,9 @@ def _fallback_targets(primary: Target) -> list[Target]:
     return found
 
 
-def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
-    placement = Placement(target, {str(target): target})
+def place_ops(mod: Module, target: Target, strict: bool = False) -> Module:
+    """`mod` with every op call of main annotated with its target and fallback reason (see the module doc)."""
+    placement = _Decisions(str(target))
     predicates_cache: dict[str, dict] = {}
 
     def predicates(t: Target) -> dict:
@@ -136,7 +117,6 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
             predicates_cache[str(t)] = merged
         return predicates_cache[str(t)]
 
-    placement.predicates = predicates(target)
     unsupported = []
     fallbacks = None
     for node in post_order(mod.main.body):
@@ -159,7 +139,6 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
         if chosen is None:
             unsupported.append((node, reason))
             continue
-        placement.targets[str(chosen)] = chosen
         placement.by_call[id(node)] = str(chosen)
         placement.reasons[id(node)] = reason
     if unsupported:
@@ -168,7 +147,20 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Placement:
         raise UnsupportedOpError(f"target {target} cannot run {len(unsupported)} op(s) and {mode}:\n" + "\n".join(lines))
     if placement.reasons:
         _follow_fallbacks(mod, placement)
-    return placement
+    return _annotate(mod, placement)
+
+
+def _annotate(mod: Module, placement: _Decisions) -> Module:
+    """Rebuild main with `target` / `fallback_reason` set on every op call."""
+    memo: dict[int, Expr] = {}
+    main = mod.main
+    for node in post_order(main.body):
+        rebuilt = with_operands(node, memo, False)
+        if isinstance(node, Call) and isinstance(node.op, Op):
+            rebuilt = dataclasses.replace(rebuilt, target=placement.by_call.get(id(node), placement.primary),
+                                          fallback_reason=placement.reasons.get(id(node), ""))
+        memo[id(node)] = rebuilt
+    return mod.with_function("main", Function(main.params, memo.get(id(main.body), main.body), main.attrs))
 
 
 def _ensure_computes() -> None:

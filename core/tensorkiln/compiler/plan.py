@@ -18,13 +18,12 @@ from ..runtime.plan import ExecutionPlan, KernelStep, ValueInfo
 __all__ = ["build_plan"]
 
 
-def build_plan(main: Function, kernel_names: dict[int, str], kernel_targets: dict[int, str],
-               fallback_reasons: dict[int, str] | None = None) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
+def build_plan(main: Function, kernel_names: dict[int, str], default_target: str) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
     """Walk the fused main function in order; returns the plan and constant values by value id.
 
-    `kernel_names` / `kernel_targets` map id(group call) to its kernel name and target string.
+    `kernel_names` maps id(group call) to its kernel name; each group function's "target" and
+    "fallback_reason" attrs (placement) give the step's target (else `default_target`) and reason.
     """
-    fallback_reasons = fallback_reasons or {}
     values: list[ValueInfo] = []
     constants: dict[int, np.ndarray] = {}
     ids: dict[int, list[int]] = {}
@@ -54,10 +53,10 @@ def build_plan(main: Function, kernel_names: dict[int, str], kernel_targets: dic
             name = kernel_names[id(node)]
             outs = [new_value(t, "intermediate", name) for t in field_types]
             args = [ids[id(arg)][0] for arg in node.args]
-            steps.append(KernelStep(name, kernel_targets[id(node)], tuple(args), tuple(outs),
+            steps.append(KernelStep(name, node.op.attr("target") or default_target, tuple(args), tuple(outs),
                                     tuple(c.op.name for c in post_order(node.op.body)
                                           if isinstance(c, Call) and not isinstance(c.op, Function)),
-                                    fallback_reasons.get(id(node), "")))
+                                    node.op.attr("fallback_reason", "")))
             ids[id(node)] = outs
         elif isinstance(node, Tuple):
             ids[id(node)] = [ids[id(f)][0] for f in node.fields]

@@ -2,16 +2,18 @@
 
 The targets' `tensorkiln_strategies(target)` hooks return `OpImplementation`s
 (tensorkiln.sdk.strategy); `tensorkiln_schedule_rules(target)` rules join them as
-schedule-only implementations of priority RULE_PRIORITY. For a group:
+schedule-only implementations of priority RULE_PRIORITY. For a group (`select`):
 
 1. the anchor call is the op with the highest fusion pattern (conv2d over its bias add
-   and relu); a group of elementwise / injective ops has the key "injective";
-2. implementations keyed by the anchor op's name whose condition accepts the call are
-   candidates; the highest priority wins (registration order breaks ties), and its
-   compute, when it has one, replaces the op's te compute;
-3. with no candidate by name, implementations without a compute keyed by the anchor
-   stage's tag (from the op's own compute: "conv2d_nhwc", "dense", ...) are tried;
-4. with none, the core's naive default (tensorkiln.ops.naive_schedule).
+   and relu); a group of elementwise / injective ops has none;
+2. its keys, most specific first: the anchor op's name, the anchor stage's tag from the
+   ops' own computes ("conv2d_nhwc", "dense", ...; "injective" without anchor), then the
+   group's op names;
+3. every implementation matching a key whose condition accepts the anchor call
+   competes; the highest priority wins, then the more specific key, then registration
+   order. An implementation with a compute competes only when keyed by the anchor op's
+   name, and its compute then replaces that op's;
+4. with no candidate, the core's naive default (tensorkiln.ops.naive_schedule).
 
 The knob values come from `configs` (a tuned record) when given, else from the
 implementation's analytic defaults. The choice is returned as a `StrategyChoice`, which
@@ -30,8 +32,7 @@ from ..sdk.schedules.common import as_outputs, resolve_target
 from ..sdk.schedules.fused import find_anchor
 from ..sdk.strategy import EMPTY_SPACE, INJECTIVE, RULE_PRIORITY, OpImplementation, TuningSpace, Workload
 
-__all__ = ["StrategyChoice", "implementations_for", "select_by_call", "select_by_tag", "schedule_for",
-           "anchor_call", "NAIVE"]
+__all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "schedule_for", "anchor_call", "NAIVE"]
 
 NAIVE = "core.naive"
 """Name of the core's default implementation in reports."""
@@ -103,8 +104,10 @@ def implementations_for(target) -> list[OpImplementation]:
     target = resolve_target(target)
     if not isinstance(target, Target):
         return []  # a bare capabilities object (tests): no plugin serves it
+    # keyed by the plugins registered now: one registered later (a test, a notebook) is asked too
+    plugins = tuple(sorted(id(p) for p in registry().hooks.get_plugins()))
     cache = _CACHE.get(str(target))
-    if cache is not None and cache[0] is registry():
+    if cache is not None and cache[0] == plugins:
         return cache[1]
     found: list[OpImplementation] = []
     for plugin_name, result in _per_plugin("tensorkiln_strategies", target):
@@ -117,19 +120,11 @@ def implementations_for(target) -> list[OpImplementation]:
                 object.__setattr__(implementation, "plugin", plugin_name)
             found.append(implementation)
     found.extend(_rule_implementations(target))
-    _CACHE[str(target)] = (registry(), found)
+    _CACHE[str(target)] = (plugins, found)
     return found
 
 
-_CACHE: dict[str, tuple[object, list[OpImplementation]]] = {}
-
-
-def _pick(candidates: list[OpImplementation]) -> OpImplementation | None:
-    best = None
-    for implementation in candidates:  # registration order breaks ties: the first stays
-        if best is None or implementation.priority > best.priority:
-            best = implementation
-    return best
+_CACHE: dict[str, tuple[tuple[int, ...], list[OpImplementation]]] = {}
 
 
 def _choice(implementation: OpImplementation | None, workload: Workload, target, key: str, configs,
@@ -157,48 +152,59 @@ def anchor_call(calls: Sequence[Call]) -> Call | None:
     return best
 
 
-def select_by_call(calls: Sequence[Call], target, configs=None) -> StrategyChoice | None:
-    """Phase 1: an implementation keyed by the anchor op's name (or "injective"), or None.
+def _keys(anchor: Call | None, outputs: Sequence, ops: Sequence[str]) -> list[str]:
+    """Keys a group matches, most specific first: the anchor op's name, the anchor stage's tag (or
+    "injective" for a group without anchor), then the names of the group's ops, highest fusion pattern
+    first (the anchor op before its epilogue; ties keep execution order)."""
+    from ..graph.registry import get_op
 
+    tensor_anchor = find_anchor(list(outputs)) if outputs else None
+    keys = [anchor.op.name] if anchor is not None else []
+    keys.append(tensor_anchor.op.tag if tensor_anchor is not None else INJECTIVE)
+    names = sorted(dict.fromkeys(ops), key=lambda name: -int(get_op(name).pattern))
+    return list(dict.fromkeys([*keys, *names]))
+
+
+def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[str] = ()) -> StrategyChoice:
+    """The implementation for a group: its op `calls` (graph, in execution order; may be empty when
+    only te tensors are scheduled) and its `outputs` built with the ops' own computes.
+
+    Every implementation matching one of the group's keys (`_keys`) and accepting the anchor call
+    competes: the highest priority wins, then the more specific key, then registration order. An
+    implementation with a compute competes only when it is keyed by the anchor op's name (its compute
+    replaces that op's). Without a candidate: the core's naive default.
     `configs(implementation, space) -> dict | None` supplies tuned knob values.
     """
+    outputs = as_outputs(outputs)
     anchor = anchor_call(calls)
-    key = anchor.op.name if anchor is not None else INJECTIVE
     call = anchor if anchor is not None else (calls[-1] if calls else None)
-    candidates, rejected = [], []
-    for implementation in implementations_for(target):
-        if key not in implementation.keys:
+    names = [c.op.name for c in calls if isinstance(c.op, Op)] or list(ops)
+    keys = _keys(anchor, outputs, names)
+    ranked, rejected = [], []
+    for order, implementation in enumerate(implementations_for(target)):
+        matched = [keys.index(k) for k in implementation.keys if k in keys]
+        if not matched:
+            continue
+        if implementation.compute is not None and (anchor is None or anchor.op.name not in implementation.keys):
             continue
         verdict = implementation.applies(call, target) if call is not None else True
-        if verdict is True:
-            candidates.append(implementation)
-        else:
+        if verdict is not True:
             rejected.append((implementation.name, str(verdict)))
-    chosen = _pick(candidates)
-    if chosen is None:
-        return None
-    return _choice(chosen, Workload(call=call), target, key, configs, rejected)
+            continue
+        ranked.append(((implementation.priority, -min(matched), -order), implementation, keys[min(matched)]))
+    workload = Workload(call, tuple(outputs))
+    if not ranked:
+        return _choice(None, workload, target, keys[0], configs, rejected)
+    _, chosen, key = max(ranked, key=lambda entry: entry[0])
+    if chosen.compute is not None:
+        workload = Workload(call)  # its outputs are not built yet: the space comes from the call
+    return _choice(chosen, workload, target, key, configs, rejected)
 
 
 def select_by_tag(outputs, target, call: Call | None = None, configs=None, ops: Sequence[str] = ()) -> StrategyChoice:
-    """Phase 2 (and `schedule_for`): a compute-less implementation keyed by the anchor stage's tag
-    (or "injective"), then by the group's op names; else the naive default."""
-    outputs = as_outputs(outputs)
-    anchor = find_anchor(outputs)
-    keys = [anchor.op.tag if anchor is not None else INJECTIVE, *ops]
-    candidates, rejected = [], []
-    for key in keys:
-        for implementation in implementations_for(target):
-            if implementation.compute is not None or key not in implementation.keys:
-                continue
-            verdict = implementation.applies(call, target) if call is not None else True
-            if verdict is True:
-                candidates.append(implementation)
-            else:
-                rejected.append((implementation.name, str(verdict)))
-        if candidates:
-            return _choice(_pick(candidates), Workload(call, tuple(outputs)), target, key, configs, rejected)
-    return _choice(None, Workload(call, tuple(outputs)), target, keys[0], configs, rejected)
+    """`select` for te tensors built with the ops' own computes, without the group's graph calls
+    (or with only its anchor `call`): implementations with a compute do not compete."""
+    return select((), outputs, target, configs, [*ops, *([call.op.name] if call is not None else [])])
 
 
 def schedule_for(outputs, target, ops: Sequence[str] = (), config: dict | None = None):
@@ -207,8 +213,8 @@ def schedule_for(outputs, target, ops: Sequence[str] = (), config: dict | None =
         s = schedule_for([out], tk.target("opencl"))   # blockIdx.x / threadIdx.x bound
 
     Implementations that replace a compute are not considered here (their schedules expect
-    their own computes); `tk.compile` uses them through `select_by_call`.
+    their own computes); `tk.compile` uses them (compiler/lower_groups.py).
     """
     target = resolve_target(target)
-    choice = select_by_tag(outputs, target, ops=ops, configs=(lambda impl, space: config) if config else None)
+    choice = select((), outputs, target, configs=(lambda impl, space: config) if config else None, ops=ops)
     return choice.schedule(outputs, target)

@@ -128,7 +128,9 @@ class Constant(Expr):
 class Call(Expr):
     """Apply a registered op (or a Function): nn.conv2d(x, w, Conv2DAttrs(strides=(2, 2))).
 
-    `span` names where the node came from (an ONNX node name); it is not part of
+    `span` names where the node came from (an ONNX node name). `target` (a target
+    string) and `fallback_reason` are set by the compiler's placement step: which target
+    runs the op, and why it is not the requested one. None of the three is part of
     structural equality.
     """
 
@@ -136,6 +138,8 @@ class Call(Expr):
     args: tuple[Expr, ...]
     attrs: Attrs = NO_ATTRS
     span: str | None = field(default=None, compare=False)
+    target: str | None = field(default=None, compare=False)
+    fallback_reason: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "args", tuple(self.args))

@@ -14,6 +14,7 @@ Function called from main; non-scalar constants are lifted to its parameters.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from ..graph import Call, Constant, Function, Module, Tuple, TupleGetItem, Var, count_users, post_order
@@ -50,14 +51,14 @@ def _can_absorb(producer: _Group, pattern: OpPattern) -> bool:
     return False
 
 
-def _partition(body, fuse: bool, placement: dict[int, str] | None) -> dict[int, _Group]:
+def _partition(body, fuse: bool) -> dict[int, _Group]:
     users = count_users(body)
     group_of: dict[int, _Group] = {}
     for node in post_order(body):
         if not (isinstance(node, Call) and isinstance(node.op, Op)):
             continue
         pattern = node.op.pattern
-        group = _Group([node], pattern, (placement or {}).get(id(node)))
+        group = _Group([node], pattern, node.target)
         is_tuple_valued = not isinstance(node.checked_type, TensorType)
         if fuse and not is_tuple_valued:
             for arg in dict.fromkeys(node.args):  # each distinct producer once
@@ -100,16 +101,19 @@ def _build_function(group: _Group, external: list) -> Function:
                 args.append(arg)  # scalar constant, inlined as an immediate
             else:
                 raise InternalError(f"fuse_ops: an operand of {node.op.name} is neither in the group nor a parameter")
-        mapping[id(node)] = Call(node.op, tuple(args), node.attrs, node.span)
+        mapping[id(node)] = dataclasses.replace(node, args=tuple(args))
     attrs = {"Primitive": 1, "kind": group.kind.name}
     if group.target:
         attrs["target"] = group.target
+    reasons = [n.fallback_reason for n in group.nodes if n.fallback_reason]
+    if reasons:
+        attrs["fallback_reason"] = reasons[0]
     return Function(tuple(params), mapping[id(output)], attrs)
 
 
-def _regroup(mod: Module, fuse: bool, placement: dict[int, str] | None = None) -> Module:
+def _regroup(mod: Module, fuse: bool) -> Module:
     main = mod.main
-    group_of = _partition(main.body, fuse, placement)
+    group_of = _partition(main.body, fuse)
     rebuilt: dict[int, object] = {}
     done: set[int] = set()
 
@@ -139,7 +143,7 @@ def _regroup(mod: Module, fuse: bool, placement: dict[int, str] | None = None) -
         elif isinstance(node, TupleGetItem):
             rebuilt[id(node)] = TupleGetItem(new(node.tuple_value), node.index)
         elif isinstance(node, Call) and isinstance(node.op, Function):
-            rebuilt[id(node)] = Call(node.op, tuple(new(a) for a in node.args), node.attrs, node.span)
+            rebuilt[id(node)] = dataclasses.replace(node, args=tuple(new(a) for a in node.args))
     body = new(main.body)
     if isinstance(body, (Var, Constant)):
         return mod
@@ -147,15 +151,16 @@ def _regroup(mod: Module, fuse: bool, placement: dict[int, str] | None = None) -
 
 
 @register_pass("fuse_ops", opt_level=1)
-def fuse_ops(mod: Module, config: dict | None = None) -> Module:
+def fuse_ops(mod: Module) -> Module:
     """Fuse ops into primitive functions (one kernel each) by TVM's pattern rules.
 
-    config["placement"] (id(call) -> target string, from the compiler's placement
-    step) keeps ops of different targets in different groups.
+    Calls placed on different targets (`Call.target`, set by the compiler's placement
+    step) never share a group; each group function carries its target and the first
+    fallback reason of its calls as attrs ("target", "fallback_reason").
     """
-    return _regroup(mod, fuse=True, placement=(config or {}).get("placement"))
+    return _regroup(mod, fuse=True)
 
 
-def group_each_op(mod: Module, placement: dict[int, str] | None = None) -> Module:
+def group_each_op(mod: Module) -> Module:
     """Wrap every remaining op call in its own primitive function (no fusion)."""
-    return _regroup(mod, fuse=False, placement=placement)
+    return _regroup(mod, fuse=False)
