@@ -226,3 +226,26 @@ def test_cli_compile_prints_the_placement_and_strict_fails(fake_gpu, tmp_path, c
     assert main(["compile", str(path), "--target", "fake_gpu", "--strict", "-o", str(tmp_path / "s.tkpkg")]) != 0
     captured = capsys.readouterr()
     assert "nn.max_pool2d (not_in_manifest)" in captured.out + captured.err
+
+
+def test_placement_is_ir_data_on_the_calls_and_the_group_functions(fake_gpu):
+    """place_ops annotates each op call; fusion copies the target and reason onto the group function."""
+    from tensorkiln.compiler.placement import place_ops
+    from tensorkiln.passes import fuse_ops, group_each_op
+
+    placed = place_ops(_model(), fake_gpu)
+    calls = {c.op.name: c for c in graph.post_order(placed.main.body) if isinstance(c, graph.Call)}
+    assert calls["nn.max_pool2d"].target.startswith("cpu_llvm")
+    assert calls["nn.max_pool2d"].fallback_reason == "not_in_manifest"
+    assert calls["nn.conv2d"].target == str(fake_gpu) and calls["nn.conv2d"].fallback_reason == ""
+    fused = group_each_op(fuse_ops(placed))
+    groups = [c.op for c in graph.post_order(fused.main.body)
+              if isinstance(c, graph.Call) and isinstance(c.op, graph.Function)]
+    for function in groups:
+        members = [c for c in graph.post_order(function.body) if isinstance(c, graph.Call)]
+        assert {c.target for c in members} == {function.attr("target")}      # a group never mixes targets
+        reasons = [c.fallback_reason for c in members if c.fallback_reason]
+        assert function.attr("fallback_reason", "") == (reasons[0] if reasons else "")
+    lib = tk.compile(_model(), fake_gpu, opt_level=2)
+    by_kernel = {row["kernel"]: row for row in lib.placement()}
+    assert any(row["fallback_reason"] == "not_in_manifest" for row in by_kernel.values())
