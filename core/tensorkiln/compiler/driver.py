@@ -46,7 +46,8 @@ def _group_calls(mod: Module) -> list[Call]:
     return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
 
 
-def _lower_all(calls: list[Call], primary: Target, configs=None) -> tuple[dict[str, list[GroupKernel]], dict[int, str]]:
+def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassContext | None = None
+               ) -> tuple[dict[str, list[GroupKernel]], dict[int, str]]:
     """Lower every group once per distinct (function, target); identical groups share a kernel.
 
     A group runs on the target its function's "target" attr names (placement), else on `primary`.
@@ -65,7 +66,7 @@ def _lower_all(calls: list[Call], primary: Target, configs=None) -> tuple[dict[s
                 suffix += 1
                 name = f"{base}_{suffix}"
             used.add(name)
-            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target, configs))
+            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target, configs, context))
             by_key[key] = name
         names[id(call)] = by_key[key]
     return kernels, names
@@ -101,7 +102,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     mod = fuse_manager.run(mod, ("fuse_ops",))
     mod = group_each_op(mod)
     calls = _group_calls(mod)
-    kernels, names = _lower_all(calls, target)
+    kernels, names = _lower_all(calls, target, context=context)
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
     artifacts, target_objects = {}, {}

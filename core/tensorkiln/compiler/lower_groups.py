@@ -44,13 +44,15 @@ def _output_types(function: Function) -> tuple[TensorType, ...]:
     return (ret,)
 
 
-def lower_group(function: Function, name: str, target, configs=None) -> GroupKernel:
+def lower_group(function: Function, name: str, target, configs=None, context=None) -> GroupKernel:
     """Build, schedule and lower one primitive function for `target`.
 
     The group's te tensors are built with the ops' own computes, the target's strategies pick
     an implementation for them (compiler/strategy.py); when it replaces the anchor op's compute,
     the tensors are built again with it. `configs(implementation, space) -> dict | None`
     supplies tuned knob values (a tuning record); without it every knob takes its default.
+    `context` (the compile's PassContext) applies its instruments, verification and disabled
+    passes to the loop passes too.
     """
     from ..te.lower import lower
     from . import strategy
@@ -62,7 +64,7 @@ def lower_group(function: Function, name: str, target, configs=None) -> GroupKer
         anchor = strategy.anchor_call(calls)
         placeholders, outputs, ops = _build_tensors(function, name, target, anchor, choice)
     schedule = choice.schedule(outputs, target)
-    func = lower(schedule, placeholders + outputs, name=name)
+    func = lower(schedule, placeholders + outputs, name=name, context=context)
     return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe())
 
 
