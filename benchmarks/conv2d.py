@@ -2,11 +2,13 @@
 
     python benchmarks/conv2d.py [--threads 2] [--repeat 7] [--layers all|0,3,5]
 
-Rows: each layer's default schedule (ops/schedule/anchors.py) with NCHW data / OIHW weights
-(what opt levels below 3 run) and with NHWC data / HWIO weights (what alter_layout makes
-for a target that prefers NHWC, as cpu_llvm does), and onnxruntime's Conv (+ Relu) on the
-same NCHW shape with the same intra-op thread count when onnxruntime is installed.
-Medians of `repeat` timings, the three variants interleaved; ratios against onnxruntime.
+Rows: each layer built as `tk.compile` builds it on cpu_llvm (the implementation its strategies
+choose, tensorkiln.compiler.strategy, with default knobs: strategies/anchors.py's conv schedules,
+or the GEMM micro-kernel for 1x1 NHWC convs) with NCHW data / OIHW weights (what opt levels
+below 3 run) and with NHWC data / HWIO weights (what alter_layout makes for a target that
+prefers NHWC, as cpu_llvm does), and onnxruntime's Conv (+ Relu) on the same NCHW shape with
+the same intra-op thread count when onnxruntime is installed. Medians of `repeat` timings, the
+three variants interleaved; ratios against onnxruntime; the last column names the strategies.
 """
 import argparse
 import statistics
@@ -15,11 +17,11 @@ import time
 import numpy as np
 
 import tensorkiln as tk
-from tensorkiln import te
+from tensorkiln import graph, te
+from tensorkiln.compiler.strategy import select_by_call, select_by_tag
 from tensorkiln.graph import get_op
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
-from tensorkiln.ops.schedule import schedule_fused
 
 # (name, data NCHW, weight OIHW, stride, padding): resnet50's distinct convolutions, batch 1
 LAYERS = [
@@ -39,7 +41,7 @@ def _permute(array, logical, layout):
 
 
 def build_group(data_shape, weight_shape, stride, padding, data_layout, kernel_layout):
-    """(kernel, arrays, output array) of relu(conv2d + bias) in the given layouts."""
+    """(kernel, arrays, output array, strategy name) of relu(conv2d + bias) in the given layouts."""
     attrs = Conv2DAttrs(strides=(stride, stride), padding=(padding,) * 4, data_layout=data_layout,
                         kernel_layout=kernel_layout)
     op = get_op("nn.conv2d")
@@ -49,17 +51,26 @@ def build_group(data_shape, weight_shape, stride, padding, data_layout, kernel_l
     x = te.placeholder(data_type.shape, "float32", name="x")
     w = te.placeholder(weight_type.shape, "float32", name="w")
     b = te.placeholder((weight_shape[0],), "float32", name="b")
-    conv = op.compute([x, w], attrs, out_type)
+    target = tk.target("cpu_llvm")
+    # what compiler/lower_groups.py does: an implementation chosen by op name may bring its compute
+    call = graph.call("nn.conv2d", graph.var("x", shape=data_type.shape), graph.var("w", shape=weight_type.shape),
+                      **{name: getattr(attrs, name) for name in ("strides", "padding", "data_layout", "kernel_layout")})
+    choice = select_by_call([call], target)
+    if choice is not None and choice.implementation is not None and choice.implementation.compute is not None:
+        conv = choice.implementation.compute([x, w], attrs, out_type, target, dict(choice.config))
+    else:
+        conv = op.compute([x, w], attrs, out_type)
     biased = get_op("nn.bias_add").compute([conv, b], BiasAddAttrs(axis=data_layout.index("C")), out_type)
     out = get_op("nn.relu").compute([biased], None, out_type)
-    target = tk.target("cpu_llvm")
-    kernel = tk.build(schedule_fused([out], target), [x, w, b, out], target=target, name="conv")
+    if choice is None or choice.implementation is None:
+        choice = select_by_tag([out], target, call, ops=("nn.conv2d", "nn.bias_add", "nn.relu"))
+    kernel = tk.build(choice.schedule([out], target), [x, w, b, out], target=target, name="conv")
     rng = np.random.default_rng(0)
     data = rng.uniform(-1, 1, data_shape).astype("float32")
     weight = rng.uniform(-1, 1, weight_shape).astype("float32")
     bias = rng.uniform(-1, 1, weight_shape[0]).astype("float32")
     arrays = [_permute(data, "NCHW", data_layout), _permute(weight, "OIHW", kernel_layout), bias]
-    return kernel, arrays, np.zeros(out_type.shape, "float32")
+    return kernel, arrays, np.zeros(out_type.shape, "float32"), choice.name
 
 
 def onnxruntime_conv(data_shape, weight_shape, stride, padding, threads):
@@ -98,12 +109,13 @@ def main() -> None:
     tk.runtime.set_num_threads(threads)
     chosen = LAYERS if args.layers == "all" else [LAYERS[int(i)] for i in args.layers.split(",")]
     print(f"threads={threads}; GFLOP/s (ms); ratio = time / onnxruntime time")
-    print(f"{'layer':18} {'NCHW/OIHW':>18} {'NHWC/HWIO':>18} {'onnxruntime':>18}  NCHW/ort NHWC/ort")
+    print(f"{'layer':18} {'NCHW/OIHW':>18} {'NHWC/HWIO':>18} {'onnxruntime':>18}  NCHW/ort NHWC/ort  strategies")
     for name, data_shape, weight_shape, stride, padding in chosen:
-        runs = {}
+        runs, strategies = {}, []
         for layouts in (("NCHW", "OIHW"), ("NHWC", "HWIO")):
-            kernel, arrays, out = build_group(data_shape, weight_shape, stride, padding, *layouts)
+            kernel, arrays, out, strategy = build_group(data_shape, weight_shape, stride, padding, *layouts)
             runs[layouts[0]] = lambda kernel=kernel, arrays=arrays, out=out: kernel(*arrays, out)
+            strategies.append(strategy)
         ort = onnxruntime_conv(data_shape, weight_shape, stride, padding, threads)
         if ort is not None:
             runs["ort"] = ort
@@ -123,7 +135,8 @@ def main() -> None:
                  for k in ("NCHW", "NHWC", "ort")]
         ratios = (f"{median['NCHW'] / median['ort']:8.2f} {median['NHWC'] / median['ort']:8.2f}"
                   if "ort" in median else "")
-        print(f"{name:18} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18}  {ratios}", flush=True)
+        print(f"{name:18} {cells[0]:>18} {cells[1]:>18} {cells[2]:>18}  {ratios}  {' / '.join(strategies)}",
+              flush=True)
 
 
 if __name__ == "__main__":

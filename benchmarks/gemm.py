@@ -2,10 +2,11 @@
 
     python benchmarks/gemm.py [--size 1024] [--repeat 7] [--targets cpu_llvm,opencl]
 
-Rows: numpy; tensorkiln naive (default schedule); the seed's schedule (split i, j by
-32, reorder, tensorize onto gemm_accelerator); the best hand schedule
-(tensorkiln_cpu_llvm.schedules.schedule_dense: packed B, mc/kc blocking, 8x32 FMA
-micro-kernel, parallel rows). Each single-threaded (numpy limited to 1 thread with
+Rows: numpy; tensorkiln naive (the core's naive default schedule); the seed's schedule
+(split i, j by 32, reorder, tensorize onto gemm_accelerator); best: what `tk.compile` runs
+for nn.matmul on cpu_llvm, the implementation its strategies choose with default knobs
+(cpu_llvm.matmul_ukernel, strategies/ukernel.py: packed B, mc/kc blocking, an 8x32 FMA
+micro-kernel with AVX-512 or 6x16 with AVX2, parallel rows). Each single-threaded (numpy limited to 1 thread with
 threadpoolctl, tensorkiln num_threads=1) and with all cores; medians of `repeat`
 timings, each ratio relative to numpy in the same thread setting.
 """
@@ -36,8 +37,10 @@ def matmul(size: int):
 
 
 def naive(size: int):
+    from tensorkiln.ops import naive_schedule
+
     a, b, c = matmul(size)
-    return te.create_schedule(c.op), [a, b, c]
+    return naive_schedule([c]), [a, b, c]
 
 
 def seed(size: int):
@@ -52,12 +55,24 @@ def seed(size: int):
 
 
 def best(size: int):
-    from tensorkiln_cpu_llvm.schedules import matmul_packed, schedule_dense
+    """As compiler/lower_groups.py builds a one-op nn.matmul group: the chosen implementation's compute
+    (when it has one) and schedule, at its default knob values."""
+    from tensorkiln import graph
+    from tensorkiln.compiler.strategy import select_by_call, select_by_tag
 
-    a = te.placeholder((size, size), name="A")
-    b = te.placeholder((size, size), name="B")
-    c = matmul_packed(a, b, target="llvm")
-    return schedule_dense(c, target="llvm"), [a, b, c]
+    target = tk.target("llvm")
+    call = graph.nn.matmul(graph.var("A", shape=(size, size)), graph.var("B", shape=(size, size)))
+    choice = select_by_call([call], target)
+    if choice is not None and choice.implementation is not None and choice.implementation.compute is not None:
+        a = te.placeholder((size, size), name="A")
+        b = te.placeholder((size, size), name="B")
+        c = choice.implementation.compute([a, b], call.attrs, call.checked_type, target, dict(choice.config))
+    else:
+        a, b, c = matmul(size)
+        if choice is None or choice.implementation is None:
+            choice = select_by_tag([c], target, call, ops=(call.op.name,))
+    print(f"best: {choice.name} {choice.config}")
+    return choice.schedule([c], target), [a, b, c]
 
 
 def gpu_tiled(size: int, tile: int = 16, k_tile: int = 16):

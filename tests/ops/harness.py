@@ -1,27 +1,23 @@
-"""Run one registered op (or a te DAG) through compute -> default schedule -> lower -> run.
+"""Run one registered op (or a te DAG) through compute -> cpu_llvm's schedule -> lower -> run.
 
-`run_op` builds placeholders for the case's arrays, calls the registry's compute and
-schedule, then runs the kernel with the tir interpreter ("interpret") or compiled for
-llvm ("llvm"), and returns the outputs as numpy arrays.
+`run_op` builds placeholders for the case's arrays, calls the registry's compute, asks
+cpu_llvm's strategies for the schedule (`tensorkiln.compiler.strategy.schedule_for`; or
+takes the core's naive default), then runs the kernel with the tir interpreter ("interpret") or compiled for llvm
+("llvm"), and returns the outputs as numpy arrays.
 """
 from __future__ import annotations
 
 import numpy as np
 
 import tensorkiln as tk
-import tensorkiln.ops  # noqa: F401  (attaches computes and schedules to the registry)
+import tensorkiln.ops  # noqa: F401  (attaches computes to the registry)
 from tensorkiln import te, tir
+from tensorkiln.compiler.strategy import schedule_for
 from tensorkiln.graph.types import TensorType
 from tensorkiln.ir.dtypes import from_numpy, to_numpy
+from tensorkiln.ops import naive_schedule
 
-__all__ = ["run_op", "run_schedule", "assert_matches", "llvm_available", "LLVM"]
-
-
-def llvm_available() -> bool:
-    try:
-        return tk.target("llvm").spec.is_available
-    except Exception:  # a broken plugin install is reported by the sdk tests
-        return False
+__all__ = ["run_op", "run_schedule", "assert_matches", "LLVM"]
 
 
 LLVM = tk.target("llvm")
@@ -37,13 +33,15 @@ def run_schedule(s, inputs: list, outputs: list, arrays: list[np.ndarray], backe
     return results
 
 
-def run_op(op, arrays: list[np.ndarray], attrs, backend: str) -> list[np.ndarray]:
-    """The op's outputs for `arrays`, computed by its te compute and default schedule."""
+def run_op(op, arrays: list[np.ndarray], attrs, backend: str, naive: bool = False) -> list[np.ndarray]:
+    """The op's outputs for `arrays`, computed by its te compute and scheduled by cpu_llvm's strategies
+    (`naive`: by the core's naive default, what a target without strategies gets)."""
     inputs = [te.placeholder(a.shape, from_numpy(a.dtype), name=f"input{i}") for i, a in enumerate(arrays)]
     out_type = op.type_rule(tuple(TensorType(a.shape, t.dtype) for a, t in zip(arrays, inputs)), attrs)
     outputs = op.compute(inputs, attrs, out_type)
     outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-    return run_schedule(op.schedule(outputs, LLVM), inputs, outputs, arrays, backend)
+    s = naive_schedule(outputs) if naive else schedule_for(outputs, LLVM, ops=(op.name,))
+    return run_schedule(s, inputs, outputs, arrays, backend)
 
 
 def assert_matches(op, actual: list[np.ndarray], arrays: list[np.ndarray], attrs, atol: float) -> None:

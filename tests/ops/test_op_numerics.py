@@ -1,7 +1,8 @@
-"""Registry-driven numerics: every op's te compute + default schedule against its numpy reference.
+"""Registry-driven numerics: every op's te compute + schedule against its numpy reference.
 
-Tiny shapes run through the tir interpreter (the reference for lowered loop IR);
-moderate shapes (conv2d 1x16x14x14 k3, dense 64x128x96, ...) run compiled for llvm.
+Tiny shapes run through the tir interpreter (the reference for lowered loop IR), scheduled
+by cpu_llvm's strategies and by the core's naive default (what a target without strategies
+gets); moderate shapes (conv2d 1x16x14x14 k3, dense 64x128x96, ...) run compiled for llvm.
 Inputs come from op_inputs.CASES; tolerances from the op's registry record.
 """
 import numpy as np
@@ -9,7 +10,7 @@ import pytest
 
 from tensorkiln.graph import get_op, list_ops
 
-from .harness import assert_matches, llvm_available, run_op
+from .harness import assert_matches, run_op
 from .op_inputs import CASES, cases_for
 
 # Compiled runs: ops whose moderate cases are the point of the test (schedules with tiles,
@@ -35,6 +36,13 @@ def _params(size: str, all_cases: set | None = None):
 def test_op_matches_reference_interpreted(name, index):
     op, case = get_op(name), cases_for(name, "tiny")[index]
     assert_matches(op, run_op(op, case.inputs, case.attrs, "interpret"), case.inputs, case.attrs, case.atol)
+
+
+@pytest.mark.parametrize("name, index", _params("tiny"))
+def test_op_matches_reference_with_the_naive_default(name, index):
+    op, case = get_op(name), cases_for(name, "tiny")[index]
+    assert_matches(op, run_op(op, case.inputs, case.attrs, "interpret", naive=True), case.inputs, case.attrs,
+                   case.atol)
 
 
 @pytest.mark.parametrize("name, index", _params("moderate", ALL_MODERATE_CASES))

@@ -1,4 +1,5 @@
-"""Every registered graph op gets a te compute and a default schedule from tensorkiln.ops."""
+"""Every registered graph op gets a te compute from tensorkiln.ops (its schedule comes from the target's
+strategies, else the core's naive default: see test_op_numerics.py)."""
 import pytest
 
 import tensorkiln.ops as ops
@@ -7,9 +8,9 @@ from tensorkiln.graph import list_ops
 from .op_inputs import CASES
 
 
-def test_every_registered_op_has_a_compute_and_a_schedule():
-    missing = [op.name for op in list_ops() if op.compute is None or op.schedule is None]
-    assert missing == [], f"ops without a te compute or schedule: {missing}"
+def test_every_registered_op_has_a_compute():
+    missing = [op.name for op in list_ops() if op.compute is None]
+    assert missing == [], f"ops without a te compute: {missing}"
     assert ops.uncovered_ops() == []
 
 

@@ -1,18 +1,25 @@
-"""schedule_fused on fused groups: conv2d + bias_add + relu + residual add, dense + bias + relu,
-checked against numpy and for the loop structure a CPU schedule should have."""
+"""Fused groups (conv2d + bias_add + relu + residual add, dense + bias + relu) scheduled three ways:
+
+- `schedule_fused` (tensorkiln.sdk.schedules.fused), the walker a plugin gives its table of
+  anchor schedules: it inlines the epilogue and calls the table's entry for the anchor's tag;
+- `schedule_for(..., LLVM)`, which reaches cpu_llvm's strategies, checked against numpy
+  (cpu_llvm's loop structure is tested in plugins/cpu_llvm/tests/test_cpu_llvm_schedules.py);
+- the core's naive default, what a target that declares no strategies gets.
+"""
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from tensorkiln import te, tir
+from tensorkiln.compiler.strategy import NAIVE, schedule_for, select_by_tag
 from tensorkiln.graph import get_op
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
-from tensorkiln.ops import schedule_for
-from tensorkiln.ops.schedule import find_anchor, schedule_fused, vector_lanes
+from tensorkiln.ops import naive_schedule, tags
+from tensorkiln.sdk.schedules import INJECTIVE_KEY, REDUCE_KEY, find_anchor, schedule_fused, vector_lanes
 
-from .harness import LLVM, llvm_available, run_schedule
+from .harness import LLVM, run_schedule
 
 
 def _conv_group(shape, out_channels, kernel=3):
@@ -46,29 +53,75 @@ def _loops(func):
     return found
 
 
+def _fake_target(vector_width_bits: int, max_threads: int):
+    """A capabilities-only object: no plugin serves it, so it declares no strategies."""
+    return SimpleNamespace(capabilities=SimpleNamespace(vector_width_bits=vector_width_bits, max_threads=max_threads))
+
+
+# ---- the walker ---------------------------------------------------------------------------------
+
+
 def test_anchor_of_a_conv_group_is_the_conv():
     _, out, conv = _conv_group((1, 4, 6, 6), 8)
     assert find_anchor([out]).op is conv.op
 
 
-def test_fused_conv_group_inlines_epilogue_and_accumulates_per_tile():
-    inputs, out, conv = _conv_group((1, 4, 6, 8), 8)
-    s = schedule_fused([out], LLVM)
+def _recording_table(*tags_known):
+    calls = []
+
+    def anchor_entry(s, anchor, output, target, config):
+        calls.append(("anchor", anchor.op.name, output.op.name, dict(config)))
+
+    def root_entry(kind):
+        return lambda s, tensor, target, config: calls.append((kind, tensor.op.name))
+    table = {REDUCE_KEY: root_entry(REDUCE_KEY), INJECTIVE_KEY: root_entry(INJECTIVE_KEY)}
+    table.update({tag: anchor_entry for tag in tags_known})
+    return table, calls
+
+
+def test_schedule_fused_inlines_the_epilogue_and_hands_the_anchor_to_the_table():
+    rng = np.random.default_rng(3)
+    inputs, out, conv = _conv_group((1, 4, 5, 6), 8)
+    table, calls = _recording_table(tags.CONV2D_NCHW)
+    s = schedule_fused([out], "llvm", table, {"channel_block": 2})
     stages = {stage.name: stage for stage in s.stages}
-    assert stages["T_bias_add"].attach_type == "inline"
-    assert stages["T_relu"].attach_type == "inline"
-    assert stages["T_conv2d"].attach_type == "scope" and stages["T_conv2d"].attach_stage is s[out]
-    func = te.lower(s, [*inputs, out])
-    kinds = {loop.kind for loop in _loops(func)}
-    assert tir.ForKind.PARALLEL in kinds
-    assert "T_bias_add" not in str(func) and "T_relu" not in str(func)  # never materialized
+    assert stages["T_bias_add"].attach_type == "inline" and stages["T_relu"].attach_type == "inline"
+    assert stages["T_pad_data"].attach_type == "root"     # keep_tags: the padded input stays a stage
+    assert calls == [("anchor", conv.op.name, out.op.name, {"channel_block": 2})]
+    # the table's entry placed nothing here, and the schedule is still correct
+    arrays = _random(rng, (1, 4, 5, 6), (8, 4, 3, 3), (8,), (1, 8, 5, 6))
+    (got,) = run_schedule(s, inputs, [out], arrays, "interpret")
+    np.testing.assert_allclose(got, _conv_group_reference(*arrays), rtol=1e-4, atol=1e-5)
+
+
+def test_schedule_fused_schedules_an_unknown_anchor_as_a_root_reduction():
+    _, out, conv = _conv_group((1, 4, 5, 6), 8)
+    table, calls = _recording_table()  # no conv entry
+    schedule_fused([out], "llvm", table)
+    assert calls == [(REDUCE_KEY, conv.op.name), (INJECTIVE_KEY, out.op.name)]
+
+
+def test_vector_lanes_come_from_capabilities():
+    assert vector_lanes(_fake_target(256, 0), "float32") == 8
+    assert vector_lanes(_fake_target(512, 0), "int8") == 16   # capped
+    assert vector_lanes(_fake_target(0, 0), "float32") == 1
+
+
+# ---- through cpu_llvm's strategies --------------------------------------------------------------
+
+
+def test_llvm_schedules_a_conv_group_with_cpu_llvms_conv_strategy():
+    _, out, _ = _conv_group((1, 4, 6, 8), 8)
+    choice = select_by_tag([out], LLVM)
+    assert (choice.name, choice.key) == ("cpu_llvm.conv2d_nchw", tags.CONV2D_NCHW)
+    assert choice.config == {"channel_block": 4}
 
 
 def test_fused_conv_group_matches_numpy_interpreted():
     rng = np.random.default_rng(0)
     inputs, out, _ = _conv_group((1, 4, 5, 6), 8)
     arrays = _random(rng, (1, 4, 5, 6), (8, 4, 3, 3), (8,), (1, 8, 5, 6))
-    (got,) = run_schedule(schedule_fused([out], LLVM), inputs, [out], arrays, "interpret")
+    (got,) = run_schedule(schedule_for([out], LLVM), inputs, [out], arrays, "interpret")
     np.testing.assert_allclose(got, _conv_group_reference(*arrays), rtol=1e-4, atol=1e-5)
 
 
@@ -90,31 +143,31 @@ def test_fused_dense_bias_relu_matches_numpy(backend):
     dense = get_op("nn.dense").compute([x, w], None, out_type)
     out = get_op("nn.relu").compute([get_op("nn.bias_add").compute([dense, b], BiasAddAttrs(axis=-1), out_type)],
                                     None, out_type)
+    assert select_by_tag([out], LLVM).name == "cpu_llvm.dense"
     arrays = _random(np.random.default_rng(2), (m, k), (n, k), (n,))
-    (got,) = run_schedule(schedule_fused([out], LLVM), [x, w, b], [out], arrays, backend)
+    (got,) = run_schedule(schedule_for([out], LLVM), [x, w, b], [out], arrays, backend)
     np.testing.assert_allclose(got, np.maximum(arrays[0] @ arrays[1].T + arrays[2], 0), rtol=1e-4, atol=1e-4)
 
 
-def _fake_target(vector_width_bits: int, max_threads: int):
-    """Schedules read capabilities only, so any object with them is a target."""
-    return SimpleNamespace(capabilities=SimpleNamespace(vector_width_bits=vector_width_bits, max_threads=max_threads))
+# ---- the naive default --------------------------------------------------------------------------
 
 
-def test_vector_lanes_come_from_capabilities():
-    assert vector_lanes(_fake_target(256, 0), "float32") == 8
-    assert vector_lanes(_fake_target(512, 0), "int8") == 16   # capped
-    assert vector_lanes(_fake_target(0, 0), "float32") == 1
-
-
-def test_scalar_single_thread_target_gets_no_vector_or_parallel_loops():
+@pytest.mark.parametrize("vector_width_bits, max_threads", [(0, 1), (512, 0)])
+def test_a_target_without_strategies_gets_the_naive_default(vector_width_bits, max_threads):
+    """Capabilities alone make no schedule fast: only a plugin's strategies do. The naive default
+    inlines the epilogue and runs every loop serially and scalar, and is correct."""
+    rng = np.random.default_rng(4)
+    target = _fake_target(vector_width_bits, max_threads)
     inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
-    func = te.lower(schedule_fused([out], _fake_target(0, 1)), [*inputs, out])
-    kinds = {loop.kind for loop in _loops(func)}
-    assert tir.ForKind.PARALLEL not in kinds and tir.ForKind.VECTORIZED not in kinds
+    assert select_by_tag([out], target).name == NAIVE
+    s = schedule_for([out], target)
+    stages = {stage.name: stage for stage in s.stages}
+    assert stages["T_bias_add"].attach_type == "inline" and stages["T_relu"].attach_type == "inline"
+    assert stages["T_conv2d"].attach_type == "root"
+    func = te.lower(s, [*inputs, out])
+    assert {loop.kind for loop in _loops(func)} == {tir.ForKind.SERIAL}
     assert "ramp" not in str(func)
-
-
-def test_wide_vector_target_vectorizes_the_conv_tile():
-    inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
-    func = te.lower(schedule_fused([out], _fake_target(256, 0)), [*inputs, out])
-    assert "ramp" in str(func)
+    assert str(func) == str(te.lower(naive_schedule([out]), [*inputs, out]))
+    arrays = _random(rng, (1, 4, 6, 8), (8, 4, 3, 3), (8,), (1, 8, 6, 8))
+    (got,) = run_schedule(s, inputs, [out], arrays, "interpret")
+    np.testing.assert_allclose(got, _conv_group_reference(*arrays), rtol=1e-4, atol=1e-5)

@@ -1,9 +1,9 @@
 """The nine light models shipped with onnx, compiled for opencl (opt level 2), match the stored outputs.
 
-Every op runs on opencl (no fallback) with the core's GPU-style default schedules
-(tensorkiln.ops.schedule.gpu); all kernels of a model are one OpenCL program. On PoCL
-(2 loaded CPU cores) the whole file takes about 70 s with a warm PoCL kernel cache; vgg19 is ~14 s a run
-(measured: squeezenet 0.18 s, alexnet 0.4 s, zfnet512 1.0 s, inception_v1 0.7 s,
+Every op runs on opencl (no fallback) with the SDK's GPU schedule library, which opencl's
+strategies hook registers (tensorkiln.sdk.schedules.gpu, knobs at their defaults); all
+kernels of a model are one OpenCL program. On PoCL (2 loaded CPU cores) the whole file
+takes about 70 s with a warm PoCL kernel cache; vgg19 is ~14 s a run (measured: squeezenet 0.18 s, alexnet 0.4 s, zfnet512 1.0 s, inception_v1 0.7 s,
 resnet50 2.7 s, shufflenet 0.08 s, vgg19 13.6 s per inference).
 """
 from __future__ import annotations

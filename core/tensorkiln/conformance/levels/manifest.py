@@ -5,7 +5,6 @@ and what the plugin's hooks return, and compares them with the core's registries
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from typing import Any
 
@@ -114,12 +113,17 @@ def _supported_ops_predicates(target: Any) -> None:
         _fail("tensorkiln_supported_ops: " + "; ".join(problems))
 
 
-def _schedule_rules(target: Any) -> None:
+def _strategy_keys() -> set[str]:
+    """What an implementation or rule may be keyed by: a registered op name, an anchor tag or "injective"."""
     from ...graph.registry import list_ops
     from ...ops import tags
-    from ...ops.strategy import INJECTIVE_KEY
+    from ...sdk.strategy import INJECTIVE
 
-    known = {op.name for op in list_ops()} | set(tags.ANCHOR_TAGS) | {INJECTIVE_KEY}  # keys: op names or tags
+    return {op.name for op in list_ops()} | set(tags.ANCHOR_TAGS) | {INJECTIVE}
+
+
+def _schedule_rules(target: Any) -> None:
+    known = _strategy_keys()
     problems = []
     for table in own_hook_results("tensorkiln_schedule_rules", target):
         for name, rule in table.items():
@@ -129,6 +133,27 @@ def _schedule_rules(target: Any) -> None:
                 problems.append(f"the rule of {name!r} is not callable")
     if problems:
         _fail("tensorkiln_schedule_rules: " + "; ".join(problems))
+
+
+def _strategies(target: Any) -> None:
+    """Every OpImplementation the plugin returns for its own target is one, and is keyed by known keys."""
+    from ...sdk.strategy import OpImplementation
+
+    known = _strategy_keys()
+    problems = []
+    for implementation in own_hook_results("tensorkiln_strategies", target):
+        if not isinstance(implementation, OpImplementation):
+            problems.append(f"{type(implementation).__name__} {implementation!r} is not an OpImplementation")
+            continue
+        for key in implementation.keys:
+            if key not in known:
+                problems.append(f"{implementation.name!r} is keyed by {key!r}, which is neither a registered op, "
+                                "an anchor tag (tensorkiln.ops.tags.ANCHOR_TAGS) nor 'injective'")
+        for role in ("schedule", "space", "condition", *(("compute",) if implementation.compute is not None else ())):
+            if not callable(getattr(implementation, role)):
+                problems.append(f"the {role} of {implementation.name!r} is not callable")
+    if problems:
+        _fail(f"tensorkiln_strategies of {target.spec.distribution!r}: " + "; ".join(problems))
 
 
 def _intrinsics_declared(target: Any) -> None:
@@ -179,7 +204,9 @@ def checks(target: Any, options: KitOptions) -> list[Check]:
          _capabilities_consistent, True),
         ("ops_exist", "ops named in the manifest (ops, layouts) are registered", _ops_exist, True),
         ("supported_ops", "tensorkiln_supported_ops predicates name claimed, registered ops", _supported_ops_predicates, True),
-        ("schedule_rules", "tensorkiln_schedule_rules name registered ops", _schedule_rules, True),
+        ("schedule_rules", "tensorkiln_schedule_rules name registered ops or anchor tags", _schedule_rules, True),
+        ("strategies", "tensorkiln_strategies return OpImplementations keyed by registered ops, anchor tags or "
+         "'injective'", _strategies, True),
         ("intrinsics_declared", "declared intrinsics match the registered ones (names, dtypes, implementation)",
          _intrinsics_declared, True),
         ("options", "target option defaults have their declared types and choices", _options_defaults, True),

@@ -1,34 +1,49 @@
-"""The fast CPU schedule paths, checked for correctness only (timings live in benchmarks/conv2d.py):
+"""cpu_llvm's CPU schedules (strategies/anchors.py, strategies/dense.py), checked for correctness and
+for the loop structure a CPU schedule should have (timings live in benchmarks/conv2d.py):
 
+- a fused conv group: epilogue inlined, accumulation per output tile, parallel outer loops;
+  with the table applied to capability-only targets, vectors and threads follow the capabilities;
 - conv2d in every layout nn.conv2d accepts, NHWC register tiles (output positions x
   output-channel vectors) with fused bias / relu / residual epilogues, at shapes the
   tiles do not divide, stride 2, padding, dilation, groups, depthwise and 1x1;
-- the batch-1 dense as vectorized partial sums over K (T_dense_partial), with epilogue;
+- the batch-1 dense as vectorized partial sums over K (cpu_llvm.dense_split), with epilogue;
 - a small CNN compiled with NHWC preferred (what alter_layout does for cpu_llvm) and
   with NCHW kept, against the graph's numpy reference;
 - reductions computed at a fused loop (global pool, softmax rows) keep one accumulator per
   output, and large layout transforms whose innermost axis has no vector divisor.
 """
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
+from tensorkiln_cpu_llvm.strategies import ANCHOR_SCHEDULES
 
 import tensorkiln as tk
-from tensorkiln import graph, te
+from tensorkiln import graph, te, tir
+from tensorkiln.compiler.strategy import implementations_for, schedule_for
 from tensorkiln.graph import get_op
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
+from tensorkiln.ir.dtypes import to_numpy
 from tensorkiln.ir.errors import UnsupportedOpError
 from tensorkiln.ops import tags
 from tensorkiln.ops.nn.conv2d import conv2d_layout
-from tensorkiln.ops.nn.dense import dense
-from tensorkiln.ops.schedule import schedule_fused
 from tensorkiln.passes import PassContext
+from tensorkiln.sdk import Workload
+from tensorkiln.sdk.schedules import schedule_fused
 
-from .harness import LLVM, llvm_available, run_schedule
-
-pytestmark = pytest.mark.skipif(not llvm_available(), reason="llvm codegen not available")
-
+LLVM = tk.target("llvm")
 RNG = np.random.default_rng(7)
+
+
+def run_schedule(s, inputs: list, outputs: list, arrays: list, backend: str = "llvm") -> list[np.ndarray]:
+    """Run schedule `s` on `arrays` compiled for llvm (or with the tir interpreter); fresh output arrays."""
+    results = [np.zeros(tuple(int(d) for d in o.shape), dtype=to_numpy(o.dtype)) for o in outputs]
+    if backend == "interpret":
+        tir.interpret(te.lower(s, [*inputs, *outputs], name="kernel"), *arrays, *results)
+    else:
+        tk.build(s, [*inputs, *outputs], target=LLVM, name="kernel")(*arrays, *results)
+    return results
 
 
 def _random(*shape):
@@ -37,6 +52,82 @@ def _random(*shape):
 
 def _to_layout(array, logical, layout):
     return np.ascontiguousarray(array.transpose([logical.index(axis) for axis in layout]))
+
+
+# ---- a fused conv group: structure, and capabilities through the table ------------------------------
+
+
+def _conv_group(shape, out_channels, kernel=3):
+    """te DAG of relu(conv2d(x, w) + bias) + residual (NCHW), built through the registry computes."""
+    batch, channels, height, width = shape
+    x = te.placeholder(shape, "float32", name="x")
+    w = te.placeholder((out_channels, channels, kernel, kernel), "float32", name="w")
+    b = te.placeholder((out_channels,), "float32", name="b")
+    r = te.placeholder((batch, out_channels, height, width), "float32", name="r")
+    out_type = TensorType((batch, out_channels, height, width), "float32")
+    conv = get_op("nn.conv2d").compute([x, w], Conv2DAttrs(padding=(kernel // 2,) * 4), out_type)
+    biased = get_op("nn.bias_add").compute([conv, b], BiasAddAttrs(), out_type)
+    out = get_op("add").compute([get_op("nn.relu").compute([biased], None, out_type), r], None, out_type)
+    return [x, w, b, r], out, conv
+
+
+def _loops(func):
+    found = []
+    tir.visit.post_order_visit(func.body, lambda x: found.append(x) if isinstance(x, tir.For) else None)
+    return found
+
+
+def test_fused_conv_group_inlines_epilogue_and_accumulates_per_tile():
+    inputs, out, conv = _conv_group((1, 4, 6, 8), 8)
+    s = schedule_for([out], LLVM)
+    stages = {stage.name: stage for stage in s.stages}
+    assert stages["T_bias_add"].attach_type == "inline"
+    assert stages["T_relu"].attach_type == "inline"
+    assert stages["T_conv2d"].attach_type == "scope" and stages["T_conv2d"].attach_stage is s[out]
+    func = te.lower(s, [*inputs, out])
+    kinds = {loop.kind for loop in _loops(func)}
+    assert tir.ForKind.PARALLEL in kinds
+    assert "T_bias_add" not in str(func) and "T_relu" not in str(func)  # never materialized
+
+
+def _fake_target(vector_width_bits: int, max_threads: int):
+    """cpu_llvm's anchor schedules read capabilities only, so any object with them is a target."""
+    return SimpleNamespace(capabilities=SimpleNamespace(vector_width_bits=vector_width_bits, max_threads=max_threads))
+
+
+def _with_cpu_table(out, target):
+    """cpu_llvm's table applied to `target`, with the knob defaults its conv implementation declares."""
+    (conv_nchw,) = [impl for impl in implementations_for(LLVM) if impl.name == "cpu_llvm.conv2d_nchw"]
+    config = conv_nchw.space(Workload(outputs=(out,)), LLVM).default_config()
+    return schedule_fused([out], target, ANCHOR_SCHEDULES, config)
+
+
+def test_scalar_single_thread_target_gets_no_vector_or_parallel_loops():
+    inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
+    func = te.lower(_with_cpu_table(out, _fake_target(0, 1)), [*inputs, out])
+    kinds = {loop.kind for loop in _loops(func)}
+    assert tir.ForKind.PARALLEL not in kinds and tir.ForKind.VECTORIZED not in kinds
+    assert "ramp" not in str(func)
+
+
+def test_wide_vector_target_vectorizes_the_conv_tile():
+    inputs, out, _ = _conv_group((1, 4, 6, 8), 8)
+    func = te.lower(_with_cpu_table(out, _fake_target(256, 0)), [*inputs, out])
+    assert "ramp" in str(func)
+    assert tir.ForKind.PARALLEL in {loop.kind for loop in _loops(func)}
+
+
+@pytest.mark.parametrize("vector_width_bits, max_threads", [(0, 1), (256, 0)])
+def test_the_table_on_capability_targets_matches_numpy(vector_width_bits, max_threads):
+    inputs, out, _ = _conv_group((1, 4, 5, 6), 8)
+    x, w, b, r = _random(1, 4, 5, 6), _random(8, 4, 3, 3), _random(8), _random(1, 8, 5, 6)
+    (got,) = run_schedule(_with_cpu_table(out, _fake_target(vector_width_bits, max_threads)), inputs, [out],
+                          [x, w, b, r], "interpret")
+    conv = get_op("nn.conv2d").reference(x, w, Conv2DAttrs(padding=(1, 1, 1, 1)))
+    np.testing.assert_allclose(got, np.maximum(conv + b[None, :, None, None], 0) + r, rtol=1e-4, atol=1e-5)
+
+
+# ---- conv2d in every layout ------------------------------------------------------------------------
 
 
 # (data NCHW shape, weight OIHW shape, Conv2DAttrs keywords)
@@ -96,7 +187,7 @@ def test_conv2d_in_every_layout_with_epilogue_matches_the_reference(data_layout,
         r = _random(*expected.shape)
         arrays.append(_to_layout(r, "NCHW", data_layout))
         expected = expected + r
-    (got,) = run_schedule(schedule_fused([out], LLVM), inputs, [out], arrays, "llvm")
+    (got,) = run_schedule(schedule_for([out], LLVM), inputs, [out], arrays, "llvm")
     np.testing.assert_allclose(got, _to_layout(expected, "NCHW", data_layout), rtol=1e-4, atol=1e-4)
 
 
@@ -109,7 +200,7 @@ def test_nhwc_conv2d_alone_accumulates_in_a_local_tile(data_shape, weight_shape,
     logical = get_op("nn.conv2d").type_rule((TensorType(data_shape, "float32"), TensorType(weight_shape, "float32")),
                                             Conv2DAttrs(**keywords)).shape
     conv = get_op("nn.conv2d").compute([x, w], attrs, TensorType(_shape_in(logical, "NCHW", "NHWC"), "float32"))
-    s = schedule_fused([conv], LLVM)
+    s = schedule_for([conv], LLVM)
     assert any(stage.scope == "local" for stage in s.stages)
     xs, ws = _random(*data_shape), _random(*weight_shape)
     (got,) = run_schedule(s, [x, w], [conv], [_to_layout(xs, "NCHW", "NHWC"), _to_layout(ws, "OIHW", "HWIO")], "llvm")
@@ -124,32 +215,57 @@ def test_conv2d_compute_names_a_layout_it_has_no_compute_for():
         conv2d_layout(x, w, data_layout="NCHW8c")
 
 
+def _only_strategy(lib) -> dict:
+    (strategy,) = lib.summary()["strategies"].values()
+    return strategy
+
+
 @pytest.mark.parametrize("rows, reduction, units", [(1, 64, 24), (1, 30, 7), (1, 31, 9), (1, 1000, 10),
                                                     (1, 4096, 40), (3, 40, 24)])
 def test_dense_with_bias_relu_matches_numpy(rows, reduction, units):
-    x = te.placeholder((rows, reduction), "float32", name="x")
-    w = te.placeholder((units, reduction), "float32", name="w")
-    b = te.placeholder((units,), "float32", name="b")
-    d = dense(x, w)
-    split = (d.op.attrs or {}).get("split", 1)
-    # one row: partial sums over K (31 is prime: no vector split, the plain reduction)
-    assert (split > 1) == (rows == 1 and reduction != 31)
-    out = te.compute(d.shape, lambda i, j: te.max(d[i, j] + b[j], te.const(0.0, "float32")), name="relu",
-                     tag=tags.ELEMWISE)
     xs, ws, bs = _random(rows, reduction), _random(units, reduction), _random(units)
-    (fused,) = run_schedule(schedule_fused([out], LLVM), [x, w, b], [out], [xs, ws, bs], "llvm")
-    np.testing.assert_allclose(fused, np.maximum(xs @ ws.T + bs, 0), rtol=1e-4, atol=1e-4)
-    (alone,) = run_schedule(schedule_fused([d], LLVM), [x, w], [d], [xs, ws], "llvm")
-    np.testing.assert_allclose(alone, xs @ ws.T, rtol=1e-4, atol=1e-4)
+    x = graph.var("x", shape=(rows, reduction))
+    fused = tk.compile(graph.nn.relu(graph.nn.bias_add(graph.nn.dense(x, graph.const(ws)), graph.const(bs))), LLVM)
+    strategy = _only_strategy(fused)
+    # one row: partial sums over K (31 is prime: no vector split, the packed dense)
+    if rows == 1 and reduction != 31:
+        assert strategy["strategy"] == "cpu_llvm.dense_split"
+        assert strategy["config"]["split"] > 1 and reduction % strategy["config"]["split"] == 0
+    else:
+        assert strategy["strategy"] == "cpu_llvm.dense_packed"
+    np.testing.assert_allclose(fused(xs), np.maximum(xs @ ws.T + bs, 0), rtol=1e-4, atol=1e-4)
+    alone = tk.compile(graph.nn.dense(graph.var("x", shape=(rows, reduction)), graph.const(ws)), LLVM)
+    assert _only_strategy(alone)["strategy"] == strategy["strategy"]
+    np.testing.assert_allclose(alone(xs), xs @ ws.T, rtol=1e-4, atol=1e-4)
 
 
 def test_batch_one_dense_on_three_dimensional_data():
-    x = te.placeholder((1, 1, 48), "float32", name="x")
-    w = te.placeholder((20, 48), "float32", name="w")
-    d = dense(x, w)
     xs, ws = _random(1, 1, 48), _random(20, 48)
-    (got,) = run_schedule(schedule_fused([d], LLVM), [x, w], [d], [xs, ws], "llvm")
-    np.testing.assert_allclose(got, xs @ ws.T, rtol=1e-4, atol=1e-5)
+    lib = tk.compile(graph.nn.dense(graph.var("x", shape=(1, 1, 48)), graph.const(ws)), LLVM)
+    assert _only_strategy(lib)["strategy"] == "cpu_llvm.dense_split"
+    np.testing.assert_allclose(lib(xs), xs @ ws.T, rtol=1e-4, atol=1e-5)
+
+
+def _implementation(name: str):
+    (found,) = [impl for impl in implementations_for(LLVM) if impl.name == name]
+    return found
+
+
+@pytest.mark.parametrize("name, rows", [("cpu_llvm.dense_split", 1), ("cpu_llvm.dense_packed", 3)])
+def test_every_config_of_a_dense_space_matches_numpy(name, rows):
+    """What a tuner may pick: each point of the grid is a valid schedule with the same result."""
+    xs, ws = _random(rows, 64), _random(24, 64)
+    call = graph.nn.dense(graph.var("x", shape=(rows, 64)), graph.var("w", shape=(24, 64)))
+    implementation = _implementation(name)
+    assert implementation.applies(call, LLVM) is True
+    space = implementation.space(Workload(call=call), LLVM)
+    assert len(space) >= 8
+    for config in space:
+        x = te.placeholder((rows, 64), "float32", name="x")
+        w = te.placeholder((24, 64), "float32", name="w")
+        out = implementation.compute([x, w], call.attrs, call.checked_type, LLVM, config)
+        (got,) = run_schedule(implementation.schedule([out], LLVM, config), [x, w], [out], [xs, ws])
+        np.testing.assert_allclose(got, xs @ ws.T, rtol=1e-4, atol=1e-4, err_msg=str(config))
 
 
 def _small_cnn():
@@ -193,7 +309,7 @@ def test_global_pool_computes_one_sum_per_output(shape):
     op = get_op("nn.global_avg_pool2d")
     x = te.placeholder(shape, "float32", name="x")
     out = op.compute([x], op.attrs_type(), TensorType(shape[:2] + (1, 1), "float32"))
-    s = schedule_fused([out], LLVM)
+    s = schedule_for([out], LLVM)
     assert set(_allocations(s, [x, out]).values()) <= {"float32[1]"}
     data = _random(*shape)
     (got,) = run_schedule(s, [x], [out], [data], "llvm")
@@ -204,7 +320,7 @@ def test_softmax_rows_of_a_4d_tensor_keep_per_row_statistics():
     op = get_op("nn.softmax")
     x = te.placeholder((2, 3, 8, 100), "float32", name="x")
     out = op.compute([x], op.attrs_type(axis=-1), TensorType((2, 3, 8, 100), "float32"))
-    s = schedule_fused([out], LLVM)
+    s = schedule_for([out], LLVM)
     assert set(_allocations(s, [x, out]).values()) == {"float32[1]"}
     data = _random(2, 3, 8, 100)
     (got,) = run_schedule(s, [x], [out], [data], "llvm")
@@ -220,5 +336,5 @@ def test_large_layout_transform_without_a_lanes_divisor_matches_numpy(shape, src
     out_shape = tuple(shape[src.index(axis)] for axis in dst)
     out = op.compute([x], attrs, TensorType(out_shape, "float32"))
     data = _random(*shape)
-    (got,) = run_schedule(schedule_fused([out], LLVM), [x], [out], [data], "llvm")
+    (got,) = run_schedule(schedule_for([out], LLVM), [x], [out], [data], "llvm")
     np.testing.assert_array_equal(got, data.transpose([src.index(axis) for axis in dst]))

@@ -1,0 +1,168 @@
+"""cpu_llvm's strategies (tensorkiln_cpu_llvm/strategies/): which implementation `tk.compile` picks, and
+knob defaults derived from the CPU the target names (host.cpu_facts), not from the core.
+
+- the packed GEMM micro-kernel for fp32 dense (+ bias + relu), 2-D matmul and 1x1 NHWC conv2d
+  (built in NHWC, or converted by alter_layout), against numpy;
+- one row of data: the split dense, with the micro-kernel's rejection reason in the summary;
+- `-mcpu=haswell` (AVX2: 16 registers of 256 bits) and `-mcpu=skylake-avx512` (32 of 512 bits) get
+  different knob defaults and register tiles, and haswell code runs correctly on this host.
+"""
+import re
+
+import numpy as np
+import pytest
+from tensorkiln_cpu_llvm.host import host_features
+from tensorkiln_cpu_llvm.strategies.ukernel import tile_for_rows
+
+import tensorkiln as tk
+from tensorkiln import graph, te
+from tensorkiln.compiler.strategy import implementations_for
+from tensorkiln.passes import PassContext
+from tensorkiln.sdk import Workload
+
+RNG = np.random.default_rng(5)
+HASWELL = tk.target("llvm -mcpu=haswell")
+SKYLAKE = tk.target("llvm -mcpu=skylake-avx512")
+
+
+def _random(*shape):
+    return RNG.uniform(-1, 1, size=shape).astype("float32")
+
+
+def _only(lib) -> dict:
+    (strategy,) = lib.summary()["strategies"].values()
+    return strategy
+
+
+def _implementation(target, name: str):
+    (found,) = [impl for impl in implementations_for(target) if impl.name == name]
+    return found
+
+
+# ---- the micro-kernel ------------------------------------------------------------------------------
+
+
+def test_dense_bias_relu_runs_on_the_micro_kernel():
+    x, w, b = _random(64, 128), _random(256, 128), _random(256)
+    dense = graph.nn.dense(graph.var("x", shape=(64, 128)), graph.var("w", shape=(256, 128)))
+    model = graph.nn.relu(graph.nn.bias_add(dense, graph.const(b)))
+    lib = tk.compile(model, "llvm")
+    strategy = _only(lib)
+    assert (strategy["strategy"], strategy["key"]) == ("cpu_llvm.dense_ukernel", "nn.dense")
+    assert strategy["ops"] == ["nn.dense", "nn.bias_add", "nn.relu"]
+    assert set(strategy["config"]) == {"mc", "kc"} and strategy["space_size"] > 1
+    np.testing.assert_allclose(lib(x=x, w=w), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_dense_with_constant_weights_runs_on_the_micro_kernel_as_a_matmul():
+    """cpu_llvm's graph pass stores the constant weight transposed, so the group is a matmul."""
+    x, w, b = _random(64, 128), _random(256, 128), _random(256)
+    model = graph.nn.relu(graph.nn.bias_add(graph.nn.dense(graph.var("x", shape=(64, 128)), graph.const(w)),
+                                            graph.const(b)))
+    lib = tk.compile(model, "llvm")
+    strategy = _only(lib)
+    assert strategy["strategy"] == "cpu_llvm.matmul_ukernel"
+    assert strategy["ops"] == ["nn.matmul", "nn.bias_add", "nn.relu"]
+    np.testing.assert_allclose(lib(x), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_runs_on_the_micro_kernel():
+    x, w = _random(48, 96), _random(96, 64)
+    lib = tk.compile(graph.nn.matmul(graph.var("x", shape=(48, 96)), graph.const(w)), "llvm")
+    assert _only(lib)["strategy"] == "cpu_llvm.matmul_ukernel"
+    np.testing.assert_allclose(lib(x), x @ w, rtol=1e-4, atol=1e-4)
+
+
+def test_nhwc_1x1_conv_runs_on_the_micro_kernel():
+    x, w = _random(2, 6, 8, 32), _random(1, 1, 32, 64)
+    model = graph.call("nn.conv2d", graph.var("x", shape=(2, 6, 8, 32)), graph.const(w), data_layout="NHWC",
+                       kernel_layout="HWIO")
+    lib = tk.compile(model, "llvm")
+    assert _only(lib)["strategy"] == "cpu_llvm.conv2d_1x1_ukernel"
+    np.testing.assert_allclose(lib(x), np.einsum("bhwc,co->bhwo", x, w[0, 0]), rtol=1e-4, atol=1e-4)
+
+
+def test_nchw_1x1_conv_converted_by_alter_layout_runs_on_the_micro_kernel():
+    x, w = _random(1, 32, 8, 8), _random(64, 32, 1, 1)
+    model = graph.nn.relu(graph.nn.conv2d(graph.var("x", shape=(1, 32, 8, 8)), graph.const(w)))
+    context = PassContext(opt_level=3, config={"alter_layout": {"nn.conv2d": "NHWC"}})
+    lib = tk.compile(model, "llvm", context=context)
+    by_ops = {tuple(entry["ops"]): entry["strategy"] for entry in lib.summary()["strategies"].values()}
+    assert by_ops[("nn.conv2d", "nn.relu")] == "cpu_llvm.conv2d_1x1_ukernel"
+    np.testing.assert_allclose(lib(x), np.maximum(np.einsum("bchw,oc->bohw", x, w[:, :, 0, 0]), 0),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.xfail(strict=True, reason="compiler/strategy.py: when select_by_call finds no candidate by op name it "
+                   "returns None and drops the reasons it collected, so the summary lists no rejection")
+def test_a_3x3_nhwc_conv_gets_the_nhwc_schedule_and_the_reason_the_micro_kernel_does_not_apply():
+    x, w = _random(1, 8, 8, 16), _random(3, 3, 16, 32)
+    model = graph.call("nn.conv2d", graph.var("x", shape=(1, 8, 8, 16)), graph.const(w), padding=(1, 1, 1, 1),
+                       data_layout="NHWC", kernel_layout="HWIO")
+    lib = tk.compile(model, "llvm")
+    strategy = _only(lib)
+    assert strategy["strategy"] == "cpu_llvm.conv2d_nhwc"
+    assert [name for name, _ in strategy["rejected"]] == ["cpu_llvm.conv2d_1x1_ukernel"]
+    nchw = tk.graph.get_op("nn.conv2d").reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),
+                                                  tk.graph.get_op("nn.conv2d").attrs_type(padding=(1, 1, 1, 1)))
+    np.testing.assert_allclose(lib(x), nchw.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
+
+
+def test_one_row_gets_the_split_dense_and_the_micro_kernels_reason():
+    x, w = _random(1, 128), _random(256, 128)
+    lib = tk.compile(graph.nn.relu(graph.nn.dense(graph.var("x", shape=(1, 128)), graph.const(w))), "llvm")
+    strategy = _only(lib)
+    assert strategy["strategy"] == "cpu_llvm.dense_split"
+    assert ["cpu_llvm.dense_ukernel", "M=1 has no divisor in [4, 8] (the register tile's rows)"] in strategy["rejected"]
+    np.testing.assert_allclose(lib(x), np.maximum(x @ w.T, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_a_float16_dense_is_not_for_the_micro_kernel():
+    call = graph.nn.dense(graph.var("x", shape=(64, 128), dtype="float16"),
+                          graph.var("w", shape=(256, 128), dtype="float16"))
+    reason = _implementation(tk.target("llvm"), "cpu_llvm.dense_ukernel").applies(call, tk.target("llvm"))
+    assert reason.startswith("not a float32 2-D dense")
+
+
+# ---- knob defaults from the CPU ----------------------------------------------------------------------
+
+
+def test_targets_report_the_named_cpus_vector_width():
+    assert HASWELL.capabilities.vector_width_bits == 256 and SKYLAKE.capabilities.vector_width_bits == 512
+    assert tk.target("llvm -mcpu=skylake-avx512 -mattr=-avx512f").capabilities.vector_width_bits == 256
+
+
+def _nhwc_conv_output():
+    x = te.placeholder((1, 8, 8, 16), "float32", name="x")
+    w = te.placeholder((3, 3, 16, 32), "float32", name="w")
+    attrs = tk.graph.get_op("nn.conv2d").attrs_type(padding=(1, 1, 1, 1), data_layout="NHWC", kernel_layout="HWIO")
+    return tk.graph.get_op("nn.conv2d").compute([x, w], attrs, tk.graph.TensorType((1, 8, 8, 32), "float32"))
+
+
+@pytest.mark.parametrize("target, accumulators, tile, pack", [(HASWELL, 12, (6, 16), 16), (SKYLAKE, 24, (8, 32), 32)],
+                         ids=["haswell", "skylake-avx512"])
+def test_knob_defaults_follow_the_cpu(target, accumulators, tile, pack):
+    conv = _implementation(target, "cpu_llvm.conv2d_nhwc")
+    assert conv.space(Workload(outputs=(_nhwc_conv_output(),)), target).default_config()["max_accumulators"] == \
+        accumulators
+    gemm = tile_for_rows(48, target)
+    assert (gemm.mr, gemm.nr) == tile
+    dense = graph.nn.dense(graph.var("x", shape=(48, 128)), graph.var("w", shape=(256, 128)))
+    space = _implementation(target, "cpu_llvm.dense_ukernel").space(Workload(call=dense), target)
+    (mc,) = [knob for knob in space.knobs if knob.name == "mc"]
+    assert all(value % tile[0] == 0 for value in mc.candidates)   # row blocks of whole register tiles
+    rows = graph.nn.dense(graph.var("x", shape=(3, 128)), graph.var("w", shape=(256, 128)))
+    packed = _implementation(target, "cpu_llvm.dense_packed").space(Workload(call=rows), target)
+    assert packed.default_config()["pack"] == pack               # two vectors of output columns
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= host_features(), reason="haswell code needs an AVX2 + FMA host")
+def test_haswell_code_runs_correctly_on_this_host():
+    x, w = _random(48, 96), _random(64, 96)
+    lib = tk.compile(graph.nn.dense(graph.var("x", shape=(48, 96)), graph.var("w", shape=(64, 96))), HASWELL)
+    strategy = _only(lib)
+    assert strategy["strategy"] == "cpu_llvm.dense_ukernel" and "-mcpu=haswell" in strategy["target"]
+    (artifact,) = lib.artifacts.values()
+    vector_widths = set(re.findall(r"<(\d+) x float>", artifact.source))
+    assert vector_widths == {"8"}, f"AVX2 code uses 8-float vectors only, found {vector_widths}"
+    np.testing.assert_allclose(lib(x=x, w=w), x @ w.T, rtol=1e-4, atol=1e-4)
