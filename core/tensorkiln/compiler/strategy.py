@@ -105,7 +105,7 @@ def implementations_for(target) -> list[OpImplementation]:
     if not isinstance(target, Target):
         return []  # a bare capabilities object (tests): no plugin serves it
     # keyed by the plugins registered now: one registered later (a test, a notebook) is asked too
-    plugins = tuple(sorted(id(p) for p in registry().hooks.get_plugins()))
+    plugins = tuple(sorted(registry().hooks.get_plugins(), key=id))  # the objects: a freed one's id is reused
     cache = _CACHE.get(str(target))
     if cache is not None and cache[0] == plugins:
         return cache[1]
@@ -124,7 +124,7 @@ def implementations_for(target) -> list[OpImplementation]:
     return found
 
 
-_CACHE: dict[str, tuple[tuple[int, ...], list[OpImplementation]]] = {}
+_CACHE: dict[str, tuple[tuple[object, ...], list[OpImplementation]]] = {}
 
 
 def _choice(implementation: OpImplementation | None, workload: Workload, target, key: str, configs,
