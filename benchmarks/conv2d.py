@@ -18,7 +18,7 @@ import numpy as np
 
 import tensorkiln as tk
 from tensorkiln import graph, te
-from tensorkiln.compiler.strategy import select_by_call, select_by_tag
+from tensorkiln.compiler.strategy import select
 from tensorkiln.graph import get_op
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
@@ -48,22 +48,25 @@ def build_group(data_shape, weight_shape, stride, padding, data_layout, kernel_l
     data_type = TensorType(tuple(data_shape[("NCHW").index(a)] for a in data_layout), "float32")
     weight_type = TensorType(tuple(weight_shape[("OIHW").index(a)] for a in kernel_layout), "float32")
     out_type = op.type_rule((data_type, weight_type), attrs)
+    target = tk.target("cpu_llvm")
     x = te.placeholder(data_type.shape, "float32", name="x")
     w = te.placeholder(weight_type.shape, "float32", name="w")
     b = te.placeholder((weight_shape[0],), "float32", name="b")
-    target = tk.target("cpu_llvm")
-    # what compiler/lower_groups.py does: an implementation chosen by op name may bring its compute
-    call = graph.call("nn.conv2d", graph.var("x", shape=data_type.shape), graph.var("w", shape=weight_type.shape),
-                      **{name: getattr(attrs, name) for name in ("strides", "padding", "data_layout", "kernel_layout")})
-    choice = select_by_call([call], target)
-    if choice is not None and choice.implementation is not None and choice.implementation.compute is not None:
-        conv = choice.implementation.compute([x, w], attrs, out_type, target, dict(choice.config))
-    else:
-        conv = op.compute([x, w], attrs, out_type)
-    biased = get_op("nn.bias_add").compute([conv, b], BiasAddAttrs(axis=data_layout.index("C")), out_type)
-    out = get_op("nn.relu").compute([biased], None, out_type)
-    if choice is None or choice.implementation is None:
-        choice = select_by_tag([out], target, call, ops=("nn.conv2d", "nn.bias_add", "nn.relu"))
+
+    def epilogue(conv):
+        biased = get_op("nn.bias_add").compute([conv, b], BiasAddAttrs(axis=data_layout.index("C")), out_type)
+        return get_op("nn.relu").compute([biased], None, out_type)
+
+    # as compiler/lower_groups.py does: select with the ops' own computes, then rebuild the conv with the
+    # chosen implementation's compute when it has one
+    conv_call = graph.call("nn.conv2d", graph.var("x", shape=data_type.shape), graph.var("w", shape=weight_type.shape),
+                           **{name: getattr(attrs, name) for name in ("strides", "padding", "data_layout",
+                                                                      "kernel_layout")})
+    bias_call = graph.nn.bias_add(conv_call, graph.var("b", shape=(weight_shape[0],)), axis=data_layout.index("C"))
+    out = epilogue(op.compute([x, w], attrs, out_type))
+    choice = select([conv_call, bias_call, graph.nn.relu(bias_call)], [out], target)
+    if choice.implementation is not None and choice.implementation.compute is not None:
+        out = epilogue(choice.implementation.compute([x, w], attrs, out_type, target, dict(choice.config)))
     kernel = tk.build(choice.schedule([out], target), [x, w, b, out], target=target, name="conv")
     rng = np.random.default_rng(0)
     data = rng.uniform(-1, 1, data_shape).astype("float32")

@@ -55,22 +55,17 @@ def seed(size: int):
 
 
 def best(size: int):
-    """As compiler/lower_groups.py builds a one-op nn.matmul group: the chosen implementation's compute
-    (when it has one) and schedule, at its default knob values."""
+    """As compiler/lower_groups.py builds a one-op nn.matmul group: the implementation the strategies
+    select for it (rebuilt with its compute when it has one), at its default knob values."""
     from tensorkiln import graph
-    from tensorkiln.compiler.strategy import select_by_call, select_by_tag
+    from tensorkiln.compiler.strategy import select
 
     target = tk.target("llvm")
     call = graph.nn.matmul(graph.var("A", shape=(size, size)), graph.var("B", shape=(size, size)))
-    choice = select_by_call([call], target)
-    if choice is not None and choice.implementation is not None and choice.implementation.compute is not None:
-        a = te.placeholder((size, size), name="A")
-        b = te.placeholder((size, size), name="B")
+    a, b, c = matmul(size)
+    choice = select([call], [c], target)
+    if choice.implementation is not None and choice.implementation.compute is not None:
         c = choice.implementation.compute([a, b], call.attrs, call.checked_type, target, dict(choice.config))
-    else:
-        a, b, c = matmul(size)
-        if choice is None or choice.implementation is None:
-            choice = select_by_tag([c], target, call, ops=(call.op.name,))
     print(f"best: {choice.name} {choice.config}")
     return choice.schedule([c], target), [a, b, c]
 

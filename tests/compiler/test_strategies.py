@@ -21,8 +21,8 @@ import numpy as np
 import pytest
 
 import tensorkiln as tk
-from tensorkiln import graph
-from tensorkiln.compiler.strategy import NAIVE, implementations_for, select_by_call
+from tensorkiln import graph, te
+from tensorkiln.compiler.strategy import NAIVE, implementations_for, select
 from tensorkiln.ir.errors import PluginError, ScheduleError
 from tensorkiln.sdk import RULE_PRIORITY, OpImplementation
 from tensorkiln.sdk import plugin_manager
@@ -78,14 +78,6 @@ def record(name):
         return naive_schedule(outputs)
     return rule
 '''
-
-# Known defects of compiler/strategy.py, pinned as strict xfails (an unexpected pass fails: delete the mark).
-STALE_CACHE = pytest.mark.xfail(strict=True, reason="implementations_for caches its result per target string and "
-                                "registry object, so hooks registered on the live plugin manager after the first "
-                                "call are never asked")
-RULES_BY_OP_NAME = pytest.mark.xfail(strict=True, reason="select_by_call decides an 'injective' group by its key "
-                                     "alone, and select_by_tag stops at the first key with a candidate, so a rule "
-                                     "keyed by an elementwise op name never applies")
 
 _NAMES = itertools.count()
 
@@ -161,7 +153,6 @@ def test_summary_reports_every_field_of_the_choice():
 # ---- a plugin's strategies ----------------------------------------------------------------------
 
 
-@STALE_CACHE
 def test_a_plugin_strategy_with_a_higher_priority_is_used_with_its_knob_defaults(install_plugin):
     plugin = install_plugin(_strategies(
         'OpImplementation("acme.relu", ("nn.relu", "injective"), split_schedule, space=split_space, priority=50)'))
@@ -175,7 +166,6 @@ def test_a_plugin_strategy_with_a_higher_priority_is_used_with_its_knob_defaults
     np.testing.assert_array_equal(lib(data), np.maximum(data, 0))
 
 
-@STALE_CACHE
 def test_a_plugin_registered_after_a_compile_is_used_by_the_next_one(install_plugin):
     assert _only(tk.compile(_relu_model(), LLVM))["strategy"] == "cpu_llvm.injective"
     install_plugin(_strategies(
@@ -183,7 +173,6 @@ def test_a_plugin_registered_after_a_compile_is_used_by_the_next_one(install_plu
     assert _only(tk.compile(_relu_model(), LLVM))["strategy"] == "acme.relu"
 
 
-@STALE_CACHE
 def test_a_condition_that_returns_a_reason_rejects_the_implementation(install_plugin):
     install_plugin(_strategies('OpImplementation("acme.relu", ("nn.relu", "injective"), split_schedule, '
                                'space=split_space, condition=even_rows, priority=50)'))
@@ -196,7 +185,6 @@ def test_a_condition_that_returns_a_reason_rejects_the_implementation(install_pl
     assert _only(tk.compile(_relu_model(16), LLVM))["strategy"] == "acme.relu"
 
 
-@STALE_CACHE
 def test_a_compute_override_replaces_the_anchor_ops_compute(install_plugin):
     plugin = install_plugin(_strategies('OpImplementation("acme.dense", ("nn.dense",), split_schedule, '
                                         'compute=scaled_dense, space=scale_space, priority=50)'))
@@ -208,7 +196,6 @@ def test_a_compute_override_replaces_the_anchor_ops_compute(install_plugin):
     np.testing.assert_allclose(lib(x), np.maximum(2.0 * (x @ w.T), 0), rtol=1e-5, atol=1e-5)
 
 
-@STALE_CACHE
 @pytest.mark.parametrize("order, chosen", [
     ('("acme.low", 30), ("acme.high", 60)', "acme.high"),
     ('("acme.high", 60), ("acme.low", 30)', "acme.high"),
@@ -229,7 +216,6 @@ def test_the_highest_priority_wins_and_a_tie_keeps_the_first(install_plugin, ord
     np.testing.assert_array_equal(lib(data), np.maximum(data, 0))
 
 
-@STALE_CACHE
 def test_a_hook_that_raises_is_reported_as_that_plugins_error(install_plugin):
     plugin = install_plugin('''
     @hookimpl
@@ -242,7 +228,6 @@ def test_a_hook_that_raises_is_reported_as_that_plugins_error(install_plugin):
     assert raised.value.plugin == plugin.__name__
 
 
-@STALE_CACHE
 def test_a_hook_that_returns_something_else_is_reported(install_plugin):
     plugin = install_plugin('''
     @hookimpl
@@ -257,22 +242,27 @@ def test_a_hook_that_returns_something_else_is_reported(install_plugin):
 # ---- knob values from a tuned record ------------------------------------------------------------
 
 
-def _dense_call(rows=64, units=256, reduction=128):
-    return graph.nn.dense(graph.var("x", shape=(rows, reduction)), graph.var("w", shape=(units, reduction)))
+def _dense_group(rows=64, units=256, reduction=128):
+    """(calls, outputs) of a one-dense group, the outputs built with the op's own compute."""
+    call = graph.nn.dense(graph.var("x", shape=(rows, reduction)), graph.var("w", shape=(units, reduction)))
+    x = te.placeholder((rows, reduction), "float32", name="x")
+    w = te.placeholder((units, reduction), "float32", name="w")
+    return [call], [call.op.compute([x, w], call.attrs, call.checked_type)]
 
 
 def test_tuned_knob_values_replace_the_defaults():
-    call = _dense_call()
-    default = select_by_call([call], LLVM)
+    calls, outputs = _dense_group()
+    default = select(calls, outputs, LLVM)
     assert default.name == "cpu_llvm.dense_ukernel" and default.config == default.space.default_config()
     other = next(value for value in default.space.knobs[0].candidates if value != default.config["mc"])
-    tuned = select_by_call([call], LLVM, configs=lambda implementation, space: {"mc": other})
+    tuned = select(calls, outputs, LLVM, configs=lambda implementation, space: {"mc": other})
     assert tuned.config == {**default.config, "mc": other}
 
 
 def test_a_tuned_value_outside_the_space_names_the_implementation_and_knob():
+    calls, outputs = _dense_group()
     with pytest.raises(ScheduleError, match=r"cpu_llvm.dense_ukernel: knob 'mc': 7 is not one of its candidates"):
-        select_by_call([_dense_call()], LLVM, configs=lambda implementation, space: {"mc": 7})
+        select(calls, outputs, LLVM, configs=lambda implementation, space: {"mc": 7})
 
 
 # ---- schedule rules: schedule-only overrides ----------------------------------------------------
@@ -288,7 +278,6 @@ def _rules(table: str) -> str:
     '''
 
 
-@STALE_CACHE
 def test_a_rule_overrides_the_targets_strategy_for_its_key(install_plugin):
     plugin = install_plugin(_rules('{"injective": record("injective")}'))
     lib = tk.compile(_relu_model(), LLVM)
@@ -299,7 +288,6 @@ def test_a_rule_overrides_the_targets_strategy_for_its_key(install_plugin):
     np.testing.assert_array_equal(lib(data), np.maximum(data, 0))
 
 
-@STALE_CACHE
 def test_a_rule_beats_a_compute_strategy_and_keeps_the_ops_own_compute(install_plugin):
     """RULE_PRIORITY (100) is above cpu_llvm's micro-kernel (20): the rule schedules the core's dense."""
     assert RULE_PRIORITY > max(impl.priority for impl in implementations_for(LLVM))
@@ -312,8 +300,6 @@ def test_a_rule_beats_a_compute_strategy_and_keeps_the_ops_own_compute(install_p
     np.testing.assert_allclose(lib(x=x, w=w), x @ w.T, rtol=1e-5, atol=1e-5)
 
 
-@STALE_CACHE
-@RULES_BY_OP_NAME
 def test_a_rule_keyed_by_an_elementwise_op_name_applies_to_its_group(install_plugin):
     plugin = install_plugin(_rules('{"exp": record("exp")}'))
     lib = tk.compile(graph.exp(graph.var("x", shape=(4, 16))), LLVM)

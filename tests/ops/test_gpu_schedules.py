@@ -270,9 +270,6 @@ def rules_plugin(tmp_path, monkeypatch):
 
 
 @needs_opencl
-@pytest.mark.xfail(strict=True, reason="compiler/strategy.py: select_by_tag stops at the first key with a candidate "
-                   "(opencl.injective), so the rule keyed 'exp' is never reached; and implementations_for's cache "
-                   "misses plugins registered after its first call")
 def test_plugin_rules_win_over_the_default_by_tag_and_by_op_name(rules_plugin):
     case = cases_for("nn.conv2d", "tiny")[0]
     _, outputs = _op_outputs("nn.conv2d", case.inputs, case.attrs)

@@ -93,8 +93,6 @@ def test_nchw_1x1_conv_converted_by_alter_layout_runs_on_the_micro_kernel():
                                rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.xfail(strict=True, reason="compiler/strategy.py: when select_by_call finds no candidate by op name it "
-                   "returns None and drops the reasons it collected, so the summary lists no rejection")
 def test_a_3x3_nhwc_conv_gets_the_nhwc_schedule_and_the_reason_the_micro_kernel_does_not_apply():
     x, w = _random(1, 8, 8, 16), _random(3, 3, 16, 32)
     model = graph.call("nn.conv2d", graph.var("x", shape=(1, 8, 8, 16)), graph.const(w), padding=(1, 1, 1, 1),
