@@ -164,7 +164,7 @@ class OptionDecl(_Strict):
 
 
 class OpSupport(_Strict):
-    """Graph ops the target runs; the rest falls back to cpu_llvm."""
+    """Graph ops the target runs; the rest falls back to an available CPU target (cpu_llvm when installed)."""
 
     supported: tuple[str, ...] = Field(default=(), description="op names, or '*' for every registered op")
     unsupported: tuple[str, ...] = Field(default=(), description="exceptions when supported is '*'")
