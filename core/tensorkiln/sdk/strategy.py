@@ -182,6 +182,6 @@ class OpImplementation:
     def applies(self, call, target) -> "bool | str":
         """True, or the reason the implementation does not apply to `call`."""
         verdict = self.condition(call, target)
-        if verdict is True:
-            return True
-        return verdict or "condition rejected the call"
+        if isinstance(verdict, str):
+            return verdict or "condition rejected the call"
+        return True if verdict else "condition rejected the call"   # bool, numpy bool, ...

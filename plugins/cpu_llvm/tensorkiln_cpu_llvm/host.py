@@ -114,8 +114,10 @@ def _facts_for(cpu: str, features: str) -> CpuFacts:
         bits, registers = 512, 32
     elif "avx" in enabled or "avx2" in enabled:
         bits, registers = 256, 16
+    elif "neon" in enabled or "asimd" in enabled or llvm.get_process_triple().startswith(("aarch64", "arm64")):
+        bits, registers = 128, 32            # AArch64: 32 128-bit vector registers
     else:
-        bits, registers = 128, 16 if ("sse2" in enabled or "neon" in enabled) else 8
+        bits, registers = 128, 16            # x86-64 guarantees SSE2 and 16 xmm registers
     return CpuFacts(vector_bits=bits, vector_registers=registers, fma="fma" in enabled or "avx512f" in enabled)
 
 
