@@ -117,10 +117,15 @@ def match_tensorize(stage, axis, intrin, body=None, root_extents: dict | None = 
         if tile_extents[iv] != 1:
             raise _fail(stage, axis, intrin, f"axis {iv.name} covers {tile_extents[iv]} points in the tile but the "
                         f"intrinsic has only {n_i} data axes; move its loops outside {axis.name}")
-    if len(desc.reduce_axis) != len(op.reduce_axis):
-        raise _fail(stage, axis, intrin, f"the intrinsic reduces over {len(desc.reduce_axis)} axes, the stage over "
-                    f"{len(op.reduce_axis)}")
-    pairs = list(zip(desc.axis, op.axis[n_s - n_i:])) + list(zip(desc.reduce_axis, op.reduce_axis))
+    n_ri, n_rs = len(desc.reduce_axis), len(op.reduce_axis)
+    if n_ri > n_rs or (n_ri == 0) != (n_rs == 0):
+        raise _fail(stage, axis, intrin, f"the intrinsic reduces over {n_ri} axes, the stage over {n_rs}")
+    for iv in op.reduce_axis[:n_rs - n_ri]:
+        if tile_extents[iv] != 1:
+            raise _fail(stage, axis, intrin, f"reduce axis {iv.name} covers {tile_extents[iv]} points in the tile but "
+                        f"the intrinsic reduces over only {n_ri} axes; move its loops outside {axis.name}")
+    # like data axes, the description's reduce axes map onto the stage's last ones (conv's rc after ry, rx)
+    pairs = list(zip(desc.axis, op.axis[n_s - n_i:])) + list(zip(desc.reduce_axis, op.reduce_axis[n_rs - n_ri:]))
     bindings: dict = {}
     for d_iv, s_iv in pairs:
         want, got = d_iv.dom.extent, tile_extents[s_iv]
@@ -157,6 +162,20 @@ def match_tensorize(stage, axis, intrin, body=None, root_extents: dict | None = 
     return TensorizeMatch(intrin, axis, below, tile_extents, bindings, tensor_map, outer_reduce)
 
 
+def _match_index(d, s, var_map, tile_vars, tensor_map) -> bool:
+    """An index of a tensor read: equal up to renaming, or the description's axis variable plus an
+    offset free of the tile's variables (conv's data[y + ry, x + rx]: the offset moves the tile's
+    origin, which lowering computes with every tile loop at 0, and leaves the strides alone)."""
+    if _match(d, s, var_map, tile_vars, tensor_map):
+        return True
+    if isinstance(d, n.Var) and isinstance(s, n.Add):
+        mapped = var_map.get(d, d)
+        for own, offset in ((s.a, s.b), (s.b, s.a)):
+            if own is mapped and not any(v in tile_vars for v in collect_vars(offset)):
+                return True
+    return False
+
+
 def _match(d, s, var_map, tile_vars, tensor_map) -> bool:
     if isinstance(d, n.Var):
         return var_map.get(d, d) is s
@@ -172,7 +191,7 @@ def _match(d, s, var_map, tile_vars, tensor_map) -> bool:
         for index in s.indices[:extra]:
             if any(v in tile_vars for v in collect_vars(index)):
                 return False
-        if not all(_match(a, b, var_map, tile_vars, tensor_map) for a, b in zip(d.indices, s.indices[extra:])):
+        if not all(_match_index(a, b, var_map, tile_vars, tensor_map) for a, b in zip(d.indices, s.indices[extra:])):
             return False
         tensor_map.setdefault(d.tensor, (s.tensor, s.indices))
         return True

@@ -78,7 +78,7 @@ def test_nhwc_1x1_conv_runs_on_the_micro_kernel():
     model = graph.call("nn.conv2d", graph.var("x", shape=(2, 6, 8, 32)), graph.const(w), data_layout="NHWC",
                        kernel_layout="HWIO")
     lib = tk.compile(model, "llvm")
-    assert _only(lib)["strategy"] == "cpu_llvm.conv2d_1x1_ukernel"
+    assert _only(lib)["strategy"] == "cpu_llvm.conv2d_nhwc_ukernel"
     np.testing.assert_allclose(lib(x), np.einsum("bhwc,co->bhwo", x, w[0, 0]), rtol=1e-4, atol=1e-4)
 
 
@@ -88,9 +88,39 @@ def test_nchw_1x1_conv_converted_by_alter_layout_runs_on_the_micro_kernel():
     context = PassContext(opt_level=3, config={"alter_layout": {"nn.conv2d": "NHWC"}})
     lib = tk.compile(model, "llvm", context=context)
     by_ops = {tuple(entry["ops"]): entry["strategy"] for entry in lib.summary()["strategies"].values()}
-    assert by_ops[("nn.conv2d", "nn.relu")] == "cpu_llvm.conv2d_1x1_ukernel"
+    assert by_ops[("nn.conv2d", "nn.relu")] == "cpu_llvm.conv2d_nhwc_ukernel"
     np.testing.assert_allclose(lib(x), np.maximum(np.einsum("bchw,oc->bohw", x, w[:, :, 0, 0]), 0),
                                rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, dilation, padding", [(3, 1, 1), (3, 2, 2), (5, 1, 0)])
+def test_the_conv_micro_kernel_is_exact_for_any_kernel_size_when_forced(kernel, dilation, padding):
+    """The 3x3 and larger taps are measured slower than the NHWC tile and so not chosen, but the
+    nest (one micro-kernel call per tap, input rows at an offset) must stay correct."""
+    from tensorkiln import te
+    from tensorkiln.graph.ops.nn import Conv2DAttrs
+    from tensorkiln.graph.types import TensorType
+
+    target = tk.target("llvm")
+    impl = _implementation(target, "cpu_llvm.conv2d_nhwc_ukernel")
+    x, w = _random(1, 12, 16, 32), _random(kernel, kernel, 32, 64)
+    attrs = Conv2DAttrs(padding=(padding,) * 4, dilation=(dilation, dilation), data_layout="NHWC",
+                        kernel_layout="HWIO")
+    out_w = 16 + 2 * padding - (kernel - 1) * dilation
+    out_h = 12 + 2 * padding - (kernel - 1) * dilation
+    from tensorkiln_cpu_llvm.strategies.ukernel import row_candidates
+    rows = row_candidates(out_w, target)[-1]
+    data, weight = te.placeholder(x.shape, name="x"), te.placeholder(w.shape, name="w")
+    config = {"rows": rows, "kc": 16}
+    out = impl.compute([data, weight], attrs, TensorType((1, out_h, out_w, 64), "float32"), target, config)
+    s = impl.schedule([out], target, config)
+    assert f"sgemm_ukernel_packed_{rows}x" in str(tk.lower(s, [data, weight, out]))
+    got = np.zeros((1, out_h, out_w, 64), "float32")
+    tk.build(s, [data, weight, out], target=target)(x, w, got)
+    reference = tk.graph.get_op("nn.conv2d").reference(
+        x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),
+        Conv2DAttrs(padding=(padding,) * 4, dilation=(dilation, dilation)))
+    np.testing.assert_allclose(got, reference.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)
 
 
 def test_a_3x3_nhwc_conv_gets_the_nhwc_schedule_and_the_reason_the_micro_kernel_does_not_apply():
@@ -100,7 +130,7 @@ def test_a_3x3_nhwc_conv_gets_the_nhwc_schedule_and_the_reason_the_micro_kernel_
     lib = tk.compile(model, "llvm")
     strategy = _only(lib)
     assert strategy["strategy"] == "cpu_llvm.conv2d_nhwc"
-    assert [name for name, _ in strategy["rejected"]] == ["cpu_llvm.conv2d_1x1_ukernel"]
+    assert [name for name, _ in strategy["rejected"]] == ["cpu_llvm.conv2d_nhwc_ukernel"]
     nchw = tk.graph.get_op("nn.conv2d").reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),
                                                   tk.graph.get_op("nn.conv2d").attrs_type(padding=(1, 1, 1, 1)))
     np.testing.assert_allclose(lib(x), nchw.transpose(0, 2, 3, 1), rtol=1e-4, atol=1e-4)

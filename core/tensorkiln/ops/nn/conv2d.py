@@ -139,10 +139,12 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
         else:
             channel = (o // per_group_out) * group_channels + rc
         if phased is not None:  # column x * sw + rx * dw is phase (rx * dw) % sw, x + (rx * dw) // sw
-            offset = rx * dil_w
-            data_value = phased[b, channel, y * stride_h + ry * dil_h, offset % stride_w, x + offset // stride_w]
+            offset = _scaled(rx, dil_w)
+            data_value = phased[b, channel, _scaled(y, stride_h) + _scaled(ry, dil_h), offset % stride_w,
+                                x + offset // stride_w]
         else:
-            data_value = padded(b, channel, y * stride_h + ry * dil_h, x * stride_w + rx * dil_w)
+            data_value = padded(b, channel, _scaled(y, stride_h) + _scaled(ry, dil_h),
+                                _scaled(x, stride_w) + _scaled(rx, dil_w))
         return te.cast(data_value, accumulate) * te.cast(read_weight(o, rc, ry, rx), accumulate)
 
     if is_nhwc:
@@ -158,6 +160,12 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
         return te.compute(conv.shape, lambda *i: te.cast(conv[i], data.dtype), name="T_conv2d_cast",
                           tag=tags.ELEMWISE)
     return conv
+
+
+def _scaled(index, factor: int):
+    """index * factor, without the multiplication when factor is 1: a stride-1 conv reads data[y + ry],
+    which tensorize matches as a row offset (see te/tensorize.py)."""
+    return index if factor == 1 else index * factor
 
 
 def _split_width_phases(padded: te.Tensor, stride: int) -> te.Tensor:
