@@ -28,10 +28,37 @@ def broadcast_compute(inputs: Sequence[te.Tensor], body: Callable, out_shape: Se
     return te.compute(out_shape, value, name=name, tag=tag)
 
 
+# ---- integer division without traps ------------------------------------------------------
+# A machine division by 0, and INT_MIN / -1, trap (SIGFPE on x86) or are undefined in C.
+# Generated code has no error channel per element, so integer divide/mod/fmod give numpy's
+# documented results instead: x / 0 == x % 0 == fmod(x, 0) == 0, and INT_MIN / -1 == INT_MIN
+# (wraparound), x % -1 == 0. The divisor is replaced by 1 where it is 0 or -1 (signed), so
+# the division instruction never sees a trapping operand, and a select picks the result.
+
+def _safe_divisor(b):
+    """(divisor that never traps, b == 0, b == -1 or None for unsigned) for integer `b`."""
+    zero, one = const_like(0, b.dtype), const_like(1, b.dtype)
+    is_zero = n.EQ(b, zero)
+    if not dtype_of(b.dtype).is_signed:
+        return select(is_zero, one, b), is_zero, None
+    is_minus_one = n.EQ(b, const_like(-1, b.dtype))
+    return select(n.Or(is_zero, is_minus_one), one, b), is_zero, is_minus_one
+
+
+def _divide(a, b):
+    if dtype_of(a.dtype).is_float or dtype_of(a.dtype).is_bool:
+        return a / b
+    divisor, is_zero, is_minus_one = _safe_divisor(b)
+    quotient = n.Div(a, divisor)  # tir.Div truncates integers toward zero, as C and ONNX do
+    if is_minus_one is not None:
+        quotient = select(is_minus_one, const_like(0, a.dtype) - a, quotient)  # wraps for INT_MIN
+    return select(is_zero, const_like(0, a.dtype), quotient)
+
+
 def _floor_mod(a, b):
     if dtype_of(a.dtype).is_float:
         return a - te.floor(a / b) * b
-    return n.FloorMod(a, b)
+    return n.FloorMod(a, _safe_divisor(b)[0])  # x % 1 == 0: numpy's x % 0 and x % -1
 
 
 def _trunc(value):
@@ -41,7 +68,8 @@ def _trunc(value):
 def _fmod(a, b):
     if dtype_of(a.dtype).is_float:
         return a - _trunc(a / b) * b
-    return a - n.Div(a, b) * b  # tir.Div truncates integers toward zero, as C does
+    divisor = _safe_divisor(b)[0]
+    return a - n.Div(a, divisor) * divisor  # 0 where b is 0 or -1, as numpy's fmod
 
 
 # ---- bitwise ops from integer arithmetic -------------------------------------------------
@@ -123,7 +151,7 @@ BINARY_EXPRESSIONS: dict[str, Callable] = {
     "add": lambda a, b: a + b,
     "subtract": lambda a, b: a - b,
     "multiply": lambda a, b: a * b,
-    "divide": lambda a, b: a / b,
+    "divide": _divide,
     "maximum": lambda a, b: te.max(a, b),
     "minimum": lambda a, b: te.min(a, b),
     "mod": _floor_mod,

@@ -207,6 +207,8 @@ def _binary_type(op: str, result_dtype: str | None = None, require_bool: bool = 
 
 
 def _int_divide(x, y):
+    """ONNX Div: integers truncate toward zero. Documented edge cases (numpy's, never a trap):
+    x / 0 == 0 and INT_MIN / -1 == INT_MIN (wraparound); mod and fmod by 0 give 0 too."""
     if x.dtype.kind in "iu":
         # Truncate toward zero, as C and ONNX do.
         with np.errstate(all="ignore"):
