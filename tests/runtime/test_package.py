@@ -42,7 +42,10 @@ def _write(path, entries: dict[str, bytes], rehash: bool = True) -> None:
     entries = dict(entries)
     if rehash:
         entries.pop(package.HASH_ENTRY, None)
+        signature = entries.pop(package.SIGNATURE_ENTRY, None)
         entries[package.HASH_ENTRY] = package._content_hash(entries).encode()
+        if signature is not None:
+            entries[package.SIGNATURE_ENTRY] = signature
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name, data in entries.items():
             archive.writestr(name, data)
@@ -232,3 +235,111 @@ def test_plugin_not_installed(exported, tmp_path):
     path = _with_record(exported, tmp_path, _edit_target(plugin="acme_npu", distribution="acme-npu"))
     with pytest.raises(ArtifactError, match=r"needs target plugin 'acme_npu' \(acme-npu .*\), which is not installed"):
         tk.runtime.load(path)
+
+
+# ---- trust: sizes before reading, keyed signatures, libraries, kernel binaries --------------------------
+
+
+def test_an_entry_larger_than_its_record_declares_is_refused_before_it_is_read(exported, tmp_path):
+    """A zip bomb: the record says a few bytes, the stored entry decompresses to 200 MB."""
+    entries = _entries(exported)
+    weight = next(n for n in entries if n.startswith("weights/"))
+    entries[weight] = bytes(200 << 20)
+    path = tmp_path / "bomb.tkpkg"
+    _write(path, entries)
+    assert path.stat().st_size < 2 << 20          # compresses to almost nothing
+    with pytest.raises(ArtifactError, match=rf"entry {weight} is stored as 209715200 bytes but the record declares"):
+        tk.runtime.load(path)
+
+
+def test_a_package_larger_than_max_bytes_is_refused(exported, tmp_path):
+    with pytest.raises(ArtifactError, match=r"declares \d+ bytes of content, more than max_bytes=1000"):
+        tk.runtime.load(exported, max_bytes=1000)
+
+
+def test_an_undeclared_entry_is_refused(exported, tmp_path):
+    entries = _entries(exported)
+    entries["kernels/0/lib/0_evil.so"] = b"\x7fELF..."
+    path = tmp_path / "extra.tkpkg"
+    _write(path, entries)
+    with pytest.raises(ArtifactError, match=r"entries \['kernels/0/lib/0_evil.so'\] are not declared"):
+        tk.runtime.load(path)
+
+
+def test_a_signed_package_loads_only_with_its_key(lib, tmp_path):
+    path = tmp_path / "signed.tkpkg"
+    tk.runtime.save(lib, path, key=b"secret")
+    loaded = tk.runtime.load(path, key=b"secret")
+    np.testing.assert_allclose(loaded(X), lib(X))
+    with pytest.raises(ArtifactError, match=r"signature does not match this key"):
+        tk.runtime.load(path, key=b"other")
+
+
+def test_an_edited_package_with_a_recomputed_hash_is_refused_when_a_key_is_given(lib, tmp_path):
+    """The unkeyed content hash only detects damage; a key detects tampering."""
+    path = tmp_path / "signed.tkpkg"
+    tk.runtime.save(lib, path, key=b"secret")
+    entries = _entries(path)
+    weight = next(n for n in entries if n.startswith("weights/"))
+    array = np.load(io.BytesIO(entries[weight]), allow_pickle=False)
+    buffer = io.BytesIO()
+    np.save(buffer, array * 0, allow_pickle=False)
+    entries[weight] = buffer.getvalue()
+    tampered = tmp_path / "tampered.tkpkg"
+    _write(tampered, entries)                      # content hash recomputed, signature kept
+    tk.runtime.load(tampered)                      # without a key: the hash matches, nothing can tell
+    with pytest.raises(ArtifactError, match=r"signature does not match this key"):
+        tk.runtime.load(tampered, key=b"secret")
+    unsigned = tmp_path / "unsigned.tkpkg"
+    tk.runtime.save(lib, unsigned)
+    with pytest.raises(ArtifactError, match=r"not signed, but a key was given"):
+        tk.runtime.load(unsigned, key=b"secret")
+
+
+def test_a_library_path_in_the_record_is_never_loaded(exported, tmp_path):
+    def add_library(record):
+        for info in record["artifacts"].values():
+            info["metadata"]["libraries"] = ["/tmp/any/library.so"]
+    path = _with_record(exported, tmp_path, add_library)
+    with pytest.raises(ArtifactError, match=r"names libraries by path .* may only load libraries it contains"):
+        tk.runtime.load(path)
+
+
+def test_libraries_the_kernels_link_against_travel_inside_the_package(lib, tmp_path):
+    """An ExternImpl's shared library is stored in the package and loaded from a private folder."""
+    import copy
+    import subprocess
+    source = tmp_path / "helper.c"
+    source.write_text("int tk_test_helper(void) { return 7; }\n")
+    library = tmp_path / "libhelper.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    model = copy.copy(lib)
+    model.artifacts = {t: dataclasses_replace(a, metadata={**a.metadata, "libraries": [str(library)]})
+                       for t, a in lib.artifacts.items()}
+    path = tmp_path / "with_lib.tkpkg"
+    tk.runtime.save(model, path)
+    names = _entries(path)
+    stored = [n for n in names if "/lib/" in n]
+    assert len(stored) == 1 and names[stored[0]] == library.read_bytes()
+    assert str(tmp_path) not in names[package.RECORD].decode()              # no path on this disk in the record
+    library.unlink()                                                        # only the package's copy exists now
+    loaded = tk.runtime.load(path)
+    (paths,) = [a.metadata["libraries"] for a in loaded.artifacts.values()]
+    assert len(paths) == 1 and paths[0].startswith(package._library_folder())
+    np.testing.assert_allclose(loaded(X), lib(X))
+
+
+def test_a_garbage_kernel_binary_is_an_artifact_error_not_a_crash(exported, tmp_path):
+    entries = _entries(exported)
+    binary = next(n for n in entries if n.endswith("binary.bin"))
+    entries[binary] = b"\x7fELF" + bytes(len(entries[binary]) - 4)
+    path = tmp_path / "garbage.tkpkg"
+    _write(path, entries)
+    loaded = tk.runtime.load(path)
+    with pytest.raises(ArtifactError, match=r"cpu_llvm object code .*(ELF|section)"):
+        loaded(X)
+
+
+def dataclasses_replace(obj, **changes):
+    import dataclasses
+    return dataclasses.replace(obj, **changes)

@@ -5,6 +5,7 @@ APIs). See sdk_docs/ for the vendor guide.
 """
 from pathlib import Path
 
+from .binary_check import check_elf
 from .c_source import CSourceEmitter, LaunchGeometry, launch_geometry, parse_thread_tag
 from .codegen import Artifact, Emitter, KernelFunction, KernelSignature, LoadedModule, ParamSpec, RuntimeLoader, signature_of
 from .hookspecs import hookimpl, hookspec
@@ -25,7 +26,7 @@ __all__ = [
     "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
     "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
     "NativeKernel", "NativeModule", "TKArg", "load_native_library",
-    "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
+    "check_elf", "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
 ]
 
 

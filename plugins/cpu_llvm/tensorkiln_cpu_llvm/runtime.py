@@ -19,7 +19,7 @@ import tempfile
 import llvmlite.binding as llvm
 
 from tensorkiln.ir.errors import ArtifactError, CompileError
-from tensorkiln.sdk import Artifact, RuntimeLoader
+from tensorkiln.sdk import Artifact, RuntimeLoader, check_elf
 from tensorkiln.sdk.native import NativeModule
 
 from .host import machine_config, new_target_machine
@@ -92,6 +92,8 @@ class LLVMLoader(RuntimeLoader):
         if artifact.format != "llvm-ir" or not artifact.binary:
             raise ArtifactError(f"cpu_llvm loads artifacts of format 'llvm-ir' with object code, got "
                                 f"{artifact.format!r}{'' if artifact.binary else ' without object code'}")
+        # bytes from a package reach the JIT linker only as a sound ELF object for this host
+        check_elf(artifact.binary, f"cpu_llvm object code for {target}")
         _load_runtime_libraries()
         for library in artifact.metadata.get("libraries", ()):
             _load_extern_library(library)
