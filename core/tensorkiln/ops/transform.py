@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from .. import te
+from ..ir.dtypes import dtype_of
 from ..tir import nodes as n
 from . import tags
 from ._common import as_index, const_like, normalize_axis, ravel, select, unravel
@@ -262,7 +263,18 @@ def topk(inputs, attrs, out_type) -> list[te.Tensor]:
     def rank_body(*i):
         mine, other = at(i, i[axis]), at(i, j)
         better = other > mine if attrs.largest else other < mine
-        before = n.Or(better, n.And(other.equal(mine), j < i[axis]))
+        tie = other.equal(mine)
+        if dtype_of(x.dtype).is_float:
+            # NaN ranks above every number, as in onnxruntime: first when largest, last when
+            # smallest; NaNs tie among themselves. Without this, comparisons with NaN are all
+            # false and ranks repeat, so one index is chosen twice and another never.
+            mine_nan, other_nan = n.NE(mine, mine), n.NE(other, other)
+            if attrs.largest:
+                better = n.Or(better, n.And(other_nan, n.Not(mine_nan)))
+            else:
+                better = n.Or(better, n.And(mine_nan, n.Not(other_nan)))
+            tie = n.Or(tie, n.And(mine_nan, other_nan))
+        before = n.Or(better, n.And(tie, j < i[axis]))
         return te.sum(select(before, n.const(1, "int32"), n.const(0, "int32")), axis=j)
     rank = te.compute(x.shape, rank_body, name="T_topk_rank", tag=tags.SORT)
 

@@ -85,9 +85,12 @@ def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Valu
     if name == "exp10":
         return _llvm_intrinsic(builder, "llvm.exp2", [builder.fmul(x, _splat(builder, dtype, 3.321928094887362))])
     if name in ("min", "max"):
-        # compare + select, as numpy's fmin/fmax on non-NaN inputs; vectorises to vminps/vmaxps
-        is_less = builder.fcmp_ordered("<" if name == "min" else ">", args[0], args[1])
-        return builder.select(is_less, args[0], args[1])
+        # tir.Min/Max are numpy's minimum/maximum: a NaN on either side propagates (relu, clip,
+        # max reductions and pools follow). `a` wins when it is NaN or strictly better; otherwise
+        # `b`, which is NaN when b is. Two compares and a blend per vector; vmaxps alone drops NaN.
+        a, b = args
+        is_better = builder.fcmp_ordered("<" if name == "min" else ">", a, b)
+        return builder.select(builder.or_(is_better, builder.fcmp_unordered("uno", a, a)), a, b)
     raise KeyError(name)
 
 

@@ -5,7 +5,13 @@ math names. The traversal of the loop IR is `tensorkiln.sdk.CSourceEmitter`'s.
 """
 from __future__ import annotations
 
+import dataclasses
+import re
+
+from tensorkiln import tir
+from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.sdk import CSourceEmitter
+from tensorkiln.tir.visit import rewrite
 
 __all__ = ["OpenCLEmitter"]
 
@@ -66,6 +72,9 @@ class OpenCLEmitter(CSourceEmitter):
         "round": "rint({0})",                 # half to even, like numpy
         "sigmoid": "(1.0f / (1.0f + exp(-({0}))))",
         "isnan": "isnan({0})", "isinf": "isinf({0})",
+        # float Min/Max (see _nan_min_max_calls); listed so vectors stay vectors, and math_call
+        # appends the C type to the helper's name
+        "tk_nan_min": "tk_nan_min_{type}({0}, {1})", "tk_nan_max": "tk_nan_max_{type}({0}, {1})",
     }
     min_max_functions = {"float": ("fmin", "fmax"), "int": ("min", "max"), "uint": ("min", "max"), "bool": None}
 
@@ -77,8 +86,57 @@ class OpenCLEmitter(CSourceEmitter):
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
         return lines
 
+    def emit_source(self, funcs, target=None):
+        """The shared C emitter's text, with float Min/Max through NaN-propagating helpers."""
+        funcs = [_nan_min_max_calls(f) if isinstance(f, tir.PrimFunc) else f for f in funcs]
+        source, kernels = super().emit_source(funcs, target)
+        return _with_nan_min_max_helpers(source), kernels
+
     def math_call(self, name, args, dtype):
+        if name in _NAN_MIN_MAX:
+            return self.math_functions[name].format(*args, type=self.type_name(dtype))
         text = super().math_call(name, args, dtype)
         if text is not None and name == "sigmoid" and dtype.startswith("float64"):
             text = text.replace("1.0f", "1.0")
         return text
+
+
+# ---- NaN-propagating min/max ------------------------------------------------------------------
+# tir.Min/Max mean numpy's minimum/maximum: NaN on either side propagates (relu, clip, max
+# reductions and pools rely on it). OpenCL's fmin/fmax return the other operand instead, and
+# no built-in propagates, so float Min/Max become calls of a helper per type (scalar or vector;
+# OpenCL C 1.2 has no overloading), defined once in the program. Integer Min/Max keep min/max.
+# TODO(#12): the shared CSourceEmitter's float fmin/fmax drop NaN too; when it propagates NaN
+# itself this rewrite goes away.
+_NAN_MIN_MAX = ("tk_nan_min", "tk_nan_max")
+_HELPER_CALL = re.compile(r"\btk_nan_(min|max)_([a-z]+[0-9]*)\(")
+
+
+def _nan_min_max_calls(func: tir.PrimFunc) -> tir.PrimFunc:
+    def replace(node):
+        if isinstance(node, (tir.Min, tir.Max)) and dtype_of(node.dtype).is_float:
+            name = "tk_nan_min" if isinstance(node, tir.Min) else "tk_nan_max"
+            return tir.Call(node.dtype, name, (node.a, node.b))
+        return None
+    body = rewrite(func.body, post=replace)
+    return func if body is func.body else dataclasses.replace(func, body=body)
+
+
+def _nan_min_max_helper(kind: str, type_name: str) -> str:
+    builtin = "fmin" if kind == "min" else "fmax"
+    if type_name[-1].isdigit():   # vectors: isnan gives -1 per NaN lane, which select tests
+        body = f"return select({builtin}(a, b), a + b, isnan(a) | isnan(b));"
+    else:
+        body = f"return (isnan(a) || isnan(b)) ? a + b : {builtin}(a, b);"
+    return f"inline {type_name} tk_nan_{kind}_{type_name}({type_name} a, {type_name} b) {{ {body} }}"
+
+
+def _with_nan_min_max_helpers(source: str) -> str:
+    """`source` with a definition of each tk_nan_* helper it calls, after the extension pragmas."""
+    used = sorted(set(_HELPER_CALL.findall(source)))
+    if not used:
+        return source
+    lines = source.split("\n")
+    first = next(i for i, line in enumerate(lines) if not line.startswith("#pragma"))
+    helpers = [_nan_min_max_helper(kind, type_name) for kind, type_name in used]
+    return "\n".join([*lines[:first], *helpers, "", *lines[first:]])

@@ -91,7 +91,7 @@ def test_vector_loads_stores_and_math_use_opencl_vector_types(build_and_load, la
     b = np.zeros(n, "float32")
     module.get_function("vec")(a, b)
     np.testing.assert_allclose(b, np.maximum(a * 2 + np.sqrt(a), 3.0), rtol=1e-6)
-    assert f"vstore{lanes}(fmax(fma(vload{lanes}(0, A + (tx * {lanes}))" in module.get_source()
+    assert f"vstore{lanes}(tk_nan_max_float{lanes}(fma(vload{lanes}(0, A + (tx * {lanes}))" in module.get_source()
 
 
 def test_gathers_predicates_and_selects_fall_back_to_lanes(build_and_load):

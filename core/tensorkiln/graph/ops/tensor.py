@@ -456,7 +456,12 @@ def _topk(x, attrs: TopKAttrs):
     keys = -x if attrs.largest else x
     if x.dtype.kind == "u" and attrs.largest:
         keys = np.iinfo(x.dtype).max - x
-    order = np.argsort(keys, axis=axis, kind="stable")
+    if x.dtype.kind == "f" and attrs.largest:
+        # NaN ranks above every number (onnxruntime): first when largest; numpy's sort already
+        # puts NaN last for smallest. lexsort is stable and sorts by its last key first.
+        order = np.lexsort((keys, ~np.isnan(x)), axis=axis)
+    else:
+        order = np.argsort(keys, axis=axis, kind="stable")
     indices = np.take(order, np.arange(attrs.k), axis=axis)
     return np.take_along_axis(x, indices, axis=axis), indices.astype(np.int64)
 
