@@ -95,7 +95,7 @@ def test_package_holds_no_pickle(exported):
         data = entries[name]
         # Only the documented kinds of entry; none is a pickle stream (protocol 2+ starts with 0x80).
         assert name in (package.RECORD, package.HASH_ENTRY) or name.startswith(("weights/", "kernels/")), name
-        assert name.endswith((".json", ".npy", ".txt", ".bin")) or name == package.HASH_ENTRY, name
+        assert name.endswith((".json", ".npy", ".txt", ".bin", "/module.so")) or name == package.HASH_ENTRY, name
         assert not data.startswith(b"\x80"), f"{name} looks like a pickle"
         if name.endswith(".npy"):
             array = np.load(io.BytesIO(data), allow_pickle=False)

@@ -73,12 +73,21 @@ class Module:
         return self.get_function(name)
 
     def get_source(self, fmt: str | None = None) -> str:
-        """The main source (e.g. LLVM IR) or another view such as "asm"."""
+        """The main source (e.g. LLVM IR) or another view such as "asm".
+
+        Views that cost compile time (assembly) are rendered on request by the loaded module's
+        `render_source(fmt)` when the artifact does not carry them.
+        """
         if fmt in (None, "", self.artifact.format, "ll", "llvm"):
             return self.artifact.source
-        if fmt not in self.artifact.sources:
-            raise KeyError(f"no {fmt!r} source; available: {[self.artifact.format, *self.artifact.sources]}")
-        return self.artifact.sources[fmt]
+        if fmt in self.artifact.sources:
+            return self.artifact.sources[fmt]
+        render = getattr(self.loaded, "render_source", None)
+        text = render(fmt) if render is not None else None
+        if text is None:
+            views = [self.artifact.format, *self.artifact.sources, *getattr(self.loaded, "rendered_views", ())]
+            raise KeyError(f"no {fmt!r} source; available: {views}")
+        return text
 
     def export_library(self, path: str) -> None:
         self.loaded.export_library(str(path))

@@ -6,6 +6,9 @@ Layout:
     weights/<value id>.npy    constants (numpy format, loaded with allow_pickle=False)
     kernels/<n>/source.txt    each target's kernel source; binary.bin when it has one
     kernels/<n>/lib/<name>    shared libraries the kernels link against (ExternImpl intrinsics)
+    kernels/<n>/module.so     the kernels linked into a shared library, for targets whose loaded
+                              module can `export_library` (cpu_llvm): what the deploy-only
+                              runtime (runtime/deploy.py) loads without llvmlite or the plugin
     CONTENT_HASH              sha256 over every other entry (name and bytes)
     SIGNATURE                 optional: HMAC-SHA256 of CONTENT_HASH with the user's key
 
@@ -94,6 +97,9 @@ def save(model, path, key: bytes | None = None) -> None:
         entries[f"{folder}/source.txt"] = artifact.source.encode()
         if artifact.binary is not None:
             entries[f"{folder}/binary.bin"] = artifact.binary
+        deployable = _linked_library(model, target_text)
+        if deployable is not None:
+            entries[f"{folder}/module.so"] = deployable
         libraries = []
         for number, library in enumerate(artifact.metadata.get(LIBRARIES_KEY, ())):
             name = f"{folder}/lib/{number}_{os.path.basename(library)}"
@@ -108,6 +114,7 @@ def save(model, path, key: bytes | None = None) -> None:
             "folder": folder, "target": artifact.target, "format": artifact.format,
             "kernels": [asdict(k) for k in artifact.kernels], "sources": artifact.sources,
             "metadata": metadata, "has_binary": artifact.binary is not None, "libraries": libraries,
+            "has_module": deployable is not None,
         }
         spec = model.target_objects[target_text].spec
         targets[target_text] = {"plugin": spec.name, "plugin_version": spec.manifest.plugin.version,
@@ -134,6 +141,20 @@ def save(model, path, key: bytes | None = None) -> None:
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         for name in sorted(entries):
             archive.writestr(name, entries[name])
+
+
+def _linked_library(model, target_text: str) -> bytes | None:
+    """The target's kernels as a shared library, when its loaded module can export one (else None)."""
+    target = model.target_objects[target_text]
+    if not getattr(target.capabilities, "export_library", False):
+        return None
+    module = model.loaded_module(target_text)
+    if not hasattr(module, "export_library"):
+        return None
+    with tempfile.TemporaryDirectory(prefix="tensorkiln-export-") as scratch:
+        library = os.path.join(scratch, "module.so")
+        module.export_library(library)
+        return Path(library).read_bytes()
 
 
 def _signature(key: bytes, content_hash: bytes) -> str:

@@ -10,7 +10,8 @@ Pipeline (`LLVMEmitter.emit`):
 4. emit assembly and a position-independent object.
 
 Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-unoptimized"]`
-= the IR before optimization, `sources["asm"]` = assembly, `binary` = object code.
+= the IR before optimization, `binary` = object code; assembly is rendered on request
+(`f.get_source("asm")`, runtime.JITModule.render_source).
 """
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ class LLVMEmitter(Emitter):
         return Artifact(
             target=str(target), format="llvm-ir", source=str(parsed),
             kernels=module.signatures, binary=bytes(machine.emit_object(parsed)),
-            sources={"asm": machine.emit_assembly(parsed), "llvm-unoptimized": unoptimized},
+            # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
+            sources={"llvm-unoptimized": unoptimized},
             metadata={"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
                       "cpu": config.cpu, "opt_level": config.opt_level})
 

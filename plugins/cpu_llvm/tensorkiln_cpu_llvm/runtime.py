@@ -22,7 +22,7 @@ from tensorkiln.ir.errors import ArtifactError, CompileError
 from tensorkiln.sdk import Artifact, RuntimeLoader, check_elf
 from tensorkiln.sdk.native import NativeModule
 
-from .host import machine_config, new_target_machine
+from .host import machine_config, new_target_machine, target_machine
 
 __all__ = ["LLVMLoader", "JITModule", "link_shared_library", "RUNTIME_LIBRARIES"]
 
@@ -74,11 +74,20 @@ def link_shared_library(object_code: bytes, path: str, libraries=()) -> None:
 class JITModule(NativeModule):
     """Kernels compiled into this process by MCJIT; exportable as a shared library."""
 
-    def __init__(self, artifact: Artifact, engine: llvm.ExecutionEngine) -> None:
+    rendered_views = ("asm",)
+
+    def __init__(self, artifact: Artifact, engine: llvm.ExecutionEngine, target=None) -> None:
         def lookup(symbol: str) -> int:
             return engine.get_global_value_address(symbol) or engine.get_function_address(symbol)
         super().__init__(artifact, lookup, engine)
         self.engine = engine
+        self.target = target
+
+    def render_source(self, fmt: str) -> str | None:
+        """The assembly of the artifact's optimized IR ("asm"), made on request (not at compile time)."""
+        if fmt != "asm" or self.target is None:
+            return None
+        return target_machine(machine_config(self.target)).emit_assembly(llvm.parse_assembly(self.artifact.source))
 
     def export_library(self, path: str) -> None:
         """Write a shared library that `tensorkiln.runtime.load_module(path)` loads without llvmlite."""
@@ -101,4 +110,4 @@ class LLVMLoader(RuntimeLoader):
         engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""), machine)
         engine.add_object_file(llvm.ObjectFileRef.from_data(artifact.binary))
         engine.finalize_object()
-        return JITModule(artifact, engine)
+        return JITModule(artifact, engine, target)
