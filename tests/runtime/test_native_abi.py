@@ -50,6 +50,8 @@ def test_good_call_runs(gemm_like):
      r"gemm: argument 0 'A' must be a numpy.ndarray of dtype float32 and shape \(4, 8\), got list"),
     (lambda a, b, c: (a, b, c, np.float32(1.0), 2.5),
      r"gemm: argument 4 'n' has dtype int32 and must be an integer, got 2.5"),
+    (lambda a, b, c: (a, b, c, 1.0, np.float32(2.5)),    # a plain number, never numpy 2's np.float32(2.5)
+     r"gemm: argument 4 'n' has dtype int32 and must be an integer, got 2.5$"),
     (lambda a, b, c: (a, b, c, np.ones(1), 1),
      r"gemm: argument 3 'alpha' must be a Python number of dtype float32, got ndarray"),
 ])

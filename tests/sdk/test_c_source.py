@@ -339,3 +339,25 @@ def test_duplicate_kernel_names_are_refused():
     func = tir.PrimFunc("same", (A,), _loop(i, 4, tir.Store(A, tir.const(1.0), i)))
     with pytest.raises(CompileError, match=r"two kernels are named 'same'"):
         CSourceEmitter().emit([func, func])
+
+
+def test_a_kernel_named_like_c_gets_a_fresh_symbol_recorded_in_the_artifact():
+    A, i = _buffer("A", (4,)), tir.Var("i")
+    body = _loop(i, 4, tir.Store(A, tir.const(1.0), i))
+    artifact = CSourceEmitter().emit([tir.PrimFunc("main", (A,), body), tir.PrimFunc("main_1", (A,), body),
+                                      tir.PrimFunc("int", (A,), body)])
+    symbols = {name: artifact.kernel_symbol(name) for name in ("main", "main_1", "int")}
+    assert symbols == {"main": "main_2", "main_1": "main_1", "int": "int_1"}
+    assert all(f"void {symbol}(" in artifact.source for symbol in symbols.values())
+
+
+def test_help_names_every_override_point():
+    """help(CSourceEmitter) documents each public attribute and method of the class, backquoted."""
+    import pydoc
+
+    text = pydoc.render_doc(CSourceEmitter)
+    documented = text[:text.index("Method resolution order")]
+    points = [name for name in vars(CSourceEmitter) if not name.startswith("_")]
+    assert len(points) > 30
+    missing = [name for name in points if f"`{name}`" not in documented]
+    assert not missing, f"add these to the CSourceEmitter class docstring: {missing}"

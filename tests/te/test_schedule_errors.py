@@ -273,3 +273,22 @@ def test_wrong_number_of_indices():
     A = te.placeholder((4, 4), name="A")
     with pytest.raises(ShapeError, match=r"tensor A has shape \(4, 4\) \(2 dims\) but is indexed with 1 indices"):
         A[0]
+
+
+def test_numpy_scalars_are_numbers_in_schedules_and_in_messages(mm):
+    """numpy 2 reprs ("np.float64(2.5)") never reach a message; numpy integers are accepted as integers."""
+    import numpy as np
+
+    A, B, C, s = mm
+    with pytest.raises(ScheduleError) as caught:
+        s[C].split(C.op.axis[0], factor=np.float64(2.5))
+    assert "factor=2.5 must be a positive integer" in str(caught.value) and "np." not in str(caught.value)
+    outer, inner = s[C].split(C.op.axis[0], factor=np.int64(4))
+    assert s.trace[-1].factor == 4 and type(s.trace[-1].factor) is int
+    with pytest.raises(ShapeError) as caught:
+        te.placeholder((np.int32(17), np.float32(2.5)), name="X")
+    assert "te.placeholder X: extent 2.5 is not an int or a te.var" in str(caught.value)
+    assert "np." not in str(caught.value)
+    X = te.placeholder((np.int32(17),), name="X")
+    assert X.shape == (17,) and type(X.shape[0]) is int
+    assert isinstance(tir.const(np.float32(1.5)), tir.FloatImm) and tir.const(np.float32(1.5)).value == 1.5

@@ -1,10 +1,10 @@
 """conformance/scaffold.py: `tensorkiln new-plugin NAME` writes a plugin distribution that passes the kit.
 
-The plugin is a plain-C target: `CSourceEmitter` for the code, the system C
-compiler and ctypes (through `tensorkiln.sdk.native`'s packed-function ABI) for
-the loader. Installed with `pip install --no-deps --no-build-isolation DIR`, it
-passes the kit's manifest and runtime levels as generated; a vendor then edits
-the manifest, the emitter's data and the loader for their device.
+The plugin is a plain-C target: `CSourceEmitter` for the code, and for the loader
+`tensorkiln.sdk.native_c.build_native_module` (packed wrappers of the native ABI,
+the system C compiler, ctypes). Installed with `pip install --no-deps
+--no-build-isolation DIR`, it passes the kit as generated; a vendor then edits the
+manifest, the emitter's data and the loader for their device.
 
 The templates are the files in `scaffold_files/` (`$name`, `$package`, ... are
 substituted); sdk_docs/examples/tk_plainc is this scaffold's output for

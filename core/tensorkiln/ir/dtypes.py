@@ -12,7 +12,7 @@ import numpy as np
 
 from .errors import DTypeError
 
-__all__ = ["DType", "dtype_of", "SCALAR_DTYPES", "to_numpy", "from_numpy", "with_lanes", "element_of"]
+__all__ = ["DType", "dtype_of", "SCALAR_DTYPES", "to_numpy", "from_numpy", "with_lanes", "element_of", "to_python"]
 
 SCALAR_DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
@@ -103,3 +103,16 @@ def from_numpy(dtype: np.dtype | type | str) -> str:
     if name not in SCALAR_DTYPES:
         raise DTypeError(f"numpy dtype {np_dtype} is not supported by tensorkiln; use one of {', '.join(SCALAR_DTYPES[:-1])}")
     return name
+
+
+def to_python(value):
+    """`value` with numpy scalars as Python numbers (in tuples and lists too), for messages.
+
+    numpy 2 prints `repr(np.int32(17))` as "np.int32(17)"; error messages show 17:
+    `f"factor={to_python(factor)!r}"`.
+    """
+    if isinstance(value, np.generic):
+        return value.item()
+    if type(value) in (tuple, list):
+        return type(value)(to_python(v) for v in value)
+    return value

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from ..ir.errors import TargetError, TensorkilnError
 from ..sdk.codegen import Artifact
 from ..sdk.target import Target
 from .executor import GraphExecutor
@@ -41,11 +42,45 @@ class CompiledModel:
 
     # -- loading --------------------------------------------------------------------------
 
-    def loaded_module(self, target: str):
-        if target not in self._loaded:
-            resolved = self.target_objects[target]
-            self._loaded[target] = resolved.spec.loader.load(self.artifacts[target], resolved)
-        return self._loaded[target]
+    def loaded_module(self, target: "str | Target"):
+        """The kernels compiled for `target`, loaded by its plugin's loader (once; later calls reuse them).
+
+        `target` is a target this model uses, given as its full string
+        ("cpu_llvm -mcpu=haswell -num_threads=0 -opt_level=3", a key of `artifacts`),
+        its name or alias ("llvm"), or a `Target`:
+
+            lib.loaded_module("plainc").get_function("fused_add_nn_relu")
+
+        Raises TargetError listing the model's targets when it uses none such, or
+        several that a bare name cannot tell apart.
+        """
+        key = self._target_key(target)
+        if key not in self._loaded:
+            resolved = self.target_objects[key]
+            self._loaded[key] = resolved.spec.loader.load(self.artifacts[key], resolved)
+        return self._loaded[key]
+
+    def _target_key(self, target: "str | Target") -> str:
+        text = str(target)
+        if text in self.artifacts:
+            return text
+        used = ", ".join(repr(t) for t in sorted(self.artifacts)) or "none"
+        word = text.split()[0] if text.split() else text
+        named = [key for key in self.artifacts
+                 if word == self.target_objects[key].name or word in self.target_objects[key].manifest.plugin.aliases]
+        if " " in text.strip():  # a full string with options: compare canonical forms
+            from ..sdk.plugin_manager import registry
+            try:
+                canonical = str(registry().target(text))
+            except TensorkilnError:
+                canonical = None
+            named = [key for key in named if key == canonical]
+        if len(named) == 1:
+            return named[0]
+        if len(named) > 1:
+            raise TargetError(f"loaded_module({text!r}): the model uses several {word} targets ({used}); "
+                              "pass the full target string")
+        raise TargetError(f"loaded_module({text!r}): the model has no kernels for that target; it uses {used}")
 
     @property
     def executor(self) -> GraphExecutor:

@@ -21,6 +21,7 @@ _EXPORTS = {
     "ExternImpl": "intrinsic_impl", "IntrinsicImpl": "intrinsic_impl", "SourceImpl": "intrinsic_impl",
     "implementation_for": "intrinsic_impl",
     "NativeKernel": "native", "NativeModule": "native", "TKArg": "native", "load_native_library": "native",
+    "TKARG_HEADER": "native", "build_native_module": "native_c", "packed_wrappers": "native_c",
     "Capabilities": "manifest", "IntrinsicDecl": "manifest", "LayoutPreference": "manifest", "OpSupport": "manifest",
     "OptionDecl": "manifest", "PluginInfo": "manifest", "PluginManifest": "manifest",
     "ENTRY_POINT_GROUP": "plugin_manager", "PluginRegistry": "plugin_manager", "read_manifest": "plugin_manager",
@@ -37,8 +38,8 @@ __all__ = [
     "PluginRegistry", "registry", "reload_plugins", "load_manifest",
     "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
     "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
-    "NativeKernel", "NativeModule", "TKArg", "load_native_library",
-    "check_elf", "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
+    "NativeKernel", "NativeModule", "TKArg", "load_native_library", "TKARG_HEADER", "build_native_module",
+    "packed_wrappers", "check_elf", "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
 ]
 
 

@@ -2,8 +2,8 @@
 
 The base turns tir PrimFuncs into plain C99 (a `.c` file the system compiler builds).
 A vendor whose device speaks a C dialect (OpenCL C, CUDA C, HLS C++) subclasses it and
-overrides *data*: the class attributes below and a few small methods. The traversal of
-the loop IR stays here, shared, so a fix reaches every dialect:
+overrides *data*: class attributes and a few small methods. The traversal of the loop IR
+stays here, shared, so a fix reaches every dialect:
 
     class OpenCLEmitter(CSourceEmitter):
         target_name = "opencl"
@@ -14,30 +14,14 @@ the loop IR stays here, shared, so a fix reaches every dialect:
         thread_index = {"blockIdx": "get_group_id({dim})", "threadIdx": "get_local_id({dim})"}
         barriers = {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", "global": "barrier(CLK_GLOBAL_MEM_FENCE);"}
 
-Override points (class attributes unless marked as methods):
-
-- identity: `target_name`, `artifact_format`, `intrinsic_languages`
-- file text: `preamble`, `helper_prefix`, method `extensions(dtypes)`
-- types: `type_names`, `storage_type_names`, `int_literal_suffix`, `vector_lanes`,
-  methods `type_name`, `vector_type_name`, `literal`, `cast`
-- functions and parameters: `kernel_prefix`, `buffer_prefix`, `restrict`, `const_inputs`,
-  method `kernel_header`
-- memory: `scope_prefix`, `hoisted_scopes`, `heap_scopes`, `max_stack_bytes`, method
-  `declare_allocation`
-- threads: `thread_index` (per tag kind, e.g. "get_group_id({dim})"), `barriers` (per scope)
-- loops: `parallel_pragma`, `unroll_pragma`, `vectorize_pragma`, method `loop_pragmas`
-- vectors: `vector_literal`, `vector_broadcast`, `vector_load`, `vector_store`,
-  `vector_cast`; a dialect without vector types (`vector_lanes = ()`) gets every vector
-  store emitted lane by lane, which is valid in any C
-- math: `math_functions` (te name -> template with {0}, {1}, ... and {f} for the float
-  suffix), `float_suffix`, `min_max_functions`, method `math_call`
+The override points are listed in the `CSourceEmitter` class docstring (`help(CSourceEmitter)`).
 
 Launch geometry: every THREAD_BINDING loop ("blockIdx.x", "threadIdx.y", ...) becomes
 an index expression (`int32_t i = get_group_id(0);`), guarded by `if (i < extent)` when
 the launch is wider than that loop. The launch size per tag is the largest extent bound
 to it; the emitter records it per kernel in `Artifact.metadata["kernels"][name]` as
-`{"grid": [x, y, z], "block": [x, y, z], ...}`, which `launch_geometry(artifact, name)`
-reads back for the loader. A dialect with no thread model (`thread_index = {}`, plain C)
+`{"symbol": C name, "grid": [x, y, z], "block": [x, y, z], ...}`, which
+`launch_geometry(artifact, name)` and `artifact.kernel_symbol(name)` read back for the loader. A dialect with no thread model (`thread_index = {}`, plain C)
 runs THREAD_BINDING loops as serial loops with a launch of one thread.
 """
 from __future__ import annotations
@@ -118,8 +102,74 @@ class CSourceEmitter(Emitter):
 
     Called by the core's build driver through a plugin's TargetSpec (`emit`); a plugin
     may also call `emit_source` to get only the text. The output of the base is plain
-    C99 that `cc -std=c99 -shared` compiles: one `void name(float* restrict A, ...)` per
-    PrimFunc, buffers first, then scalar parameters, in PrimFunc order.
+    C99 that `cc -std=c99 -shared` compiles: one `void SYMBOL(float* restrict A, ...)` per
+    PrimFunc, buffers first, then scalar parameters, in PrimFunc order. SYMBOL is the
+    PrimFunc's name unless that clashes with C (`main` -> `main_1`); the Artifact records
+    it per kernel (`artifact.kernel_symbol(name)`), and loaders call that.
+
+        class AcmeEmitter(CSourceEmitter):
+            target_name = "acme"
+            parallel_pragma = None          # no OpenMP
+            math_functions = {**CSourceEmitter.math_functions, "exp": "acme_fast_exp{f}({0})"}
+
+    Override points: class attributes (data), and methods marked "method". The
+    traversal of the loop IR stays in the base, so a fix reaches every dialect.
+
+    Identity:
+      `target_name`          name in messages and the Artifact's default target
+      `artifact_format`      Artifact.format ("c", "opencl-c", ...)
+      `intrinsic_languages`  SourceImpl languages this dialect pastes in (("c",))
+    File text:
+      `preamble`             text at the top of every file (#include lines)
+      `helper_prefix`        qualifiers of helper functions ("static inline")
+      `extensions`           method(dtypes) -> lines enabling extensions for the dtypes used
+    Types:
+      `type_names`           dtype -> C type of values ("float32": "float")
+      `storage_type_names`   dtype -> element type of buffers where it differs ("bool": "uint8_t")
+      `int_literal_suffix`   dtype -> literal suffix ("int64": "LL")
+      `vector_lanes`         lane counts with native vector types; () = none, lane-by-lane code
+      `type_name`            method(dtype) -> C type; raises CompileError for a dtype it lacks
+      `storage_type_name`    method(dtype) -> element type of a buffer
+      `vector_type_name`     method(dtype) -> "float4" or None
+      `literal`              method(value, dtype) -> C text of an immediate
+      `cast`                 method(dtype, value, from_dtype) -> C text of a conversion
+    Functions and parameters:
+      `kernel_prefix`        before the kernel name ("void", "__kernel void", "extern \"C\" __global__ void")
+      `buffer_prefix`        address-space keyword of pointer parameters ("__global ")
+      `restrict`             pointer qualifier ("restrict", "__restrict__", "")
+      `const_inputs`         whether buffers the kernel never writes are `const`
+      `reserved_words`       the dialect's own keywords, never used as identifiers
+      `kernel_header`        method(name, params) -> the line opening a kernel
+    Memory:
+      `scope_prefix`         memory scope -> declaration prefix ({"shared": "__local "})
+      `hoisted_scopes`       scopes declared at the top of the kernel (OpenCL __local)
+      `heap_scopes`          scopes allocated with malloc/free
+      `max_stack_bytes`      larger arrays go to the heap; None = never
+      `declare_allocation`   method(buffer, name, size) -> (lines before, lines after)
+    Threads:
+      `thread_index`         tag kind -> index expression ({"blockIdx": "get_group_id({dim})"});
+                             {} runs thread-bound loops serially (plain C)
+      `barriers`             scope -> barrier statement
+    Loops:
+      `parallel_pragma`      before a parallel loop ("#pragma omp parallel for"; None = serial);
+                             with OpenMP see sdk_docs/native_abi.md for threads
+      `unroll_pragma`        before an unrolled loop
+      `vectorize_pragma`     before a vectorized loop that stays a loop
+      `loop_pragmas`         method(loop) -> pragma lines (HLS dialects add PIPELINE here)
+    Vectors (for lane counts in `vector_lanes`):
+      `vector_literal`       "(({type})({elements}))"
+      `vector_broadcast`     "(({type})({value}))"
+      `vector_load`          e.g. "vload{lanes}(0, {pointer})"; None = element by element
+      `vector_store`         e.g. "vstore{lanes}({value}, 0, {pointer});"
+      `vector_cast`          e.g. "convert_{type}({value})"
+    Math:
+      `math_functions`       te name -> template with {0}, {1}, ... and {f} for the float suffix
+      `float_suffix`         dtype -> suffix of float math functions ("float32": "f")
+      `min_max_functions`    element kind -> (min, max) templates; None = a helper function
+      `math_call`            method(name, args, dtype) -> C text, or None for no math function
+    Entry points (called, rarely overridden):
+      `emit`                 method(funcs, target) -> Artifact
+      `emit_source`          method(funcs, target) -> (source text, {kernel: metadata})
     """
 
     # --- identity -----------------------------------------------------------------------
@@ -211,6 +261,8 @@ class CSourceEmitter(Emitter):
             if func.name in kernels:
                 raise CompileError(f"two kernels are named {func.name!r}; kernel names must be unique")
             writer = _KernelWriter(self, func, module, target)
+            # a renamed kernel ("main" -> "main_1") must not take another kernel's name
+            writer.names.used |= module.symbols | {f.name for f in funcs if f is not func}
             texts.append(writer.write())
             kernels[func.name] = writer.metadata()
         prelude = [self.preamble.rstrip("\n")] if self.preamble else []
@@ -321,6 +373,7 @@ class _ModuleState:
         self.helpers: dict[str, str] = {}
         self.intrinsic_code: dict[str, str] = {}
         self.dtypes: set[str] = set()
+        self.symbols: set[str] = set()   # C symbols of the kernels written so far
 
 
 class _Names:
@@ -384,6 +437,7 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
     def write(self) -> str:
         func = self.func
         self.symbol = self.names.bind(func, func.name)
+        self.module.symbols.add(self.symbol)
         self._collect_launch(func.body)
         params = []
         for p in func.params:

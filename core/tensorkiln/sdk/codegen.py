@@ -45,6 +45,13 @@ class Artifact:
     human-readable text (`get_source()`); `binary` is optional compiled code;
     `sources` holds other views (e.g. {"asm": ...}). Everything here is plain data so
     it can be written into a model package without pickle.
+
+    Kernels are named by their PrimFunc (`kernels[i].name`, what `get_function` takes).
+    Where the code calls a kernel something else, the emitter records it as
+    `metadata["kernels"][name]["symbol"]` (CSourceEmitter renames a kernel called
+    `main` or `int` to `main_1`); a loader looks the function up by `kernel_symbol(name)`.
+    A loader that adds entry points of its own (packed wrappers) records them as
+    `metadata["symbols"][name]`, which `tensorkiln.sdk.native.NativeModule` looks up.
     """
 
     target: str
@@ -60,6 +67,18 @@ class Artifact:
             if k.name == name:
                 return k
         raise KeyError(f"artifact has no kernel {name!r}; it has {[k.name for k in self.kernels]}")
+
+    def kernel_symbol(self, name: str) -> str:
+        """The name kernel `name` has in the emitted code: the emitter's record, else `name` itself.
+
+            artifact = CSourceEmitter().emit([func_named_main])
+            artifact.kernel_symbol("main")      # "main_1": the C function a loader must call
+        """
+        self.kernel(name)   # raises KeyError naming the kernels when there is none
+        kernels = self.metadata.get("kernels")
+        info = kernels.get(name) if isinstance(kernels, dict) else None
+        symbol = info.get("symbol") if isinstance(info, dict) else None
+        return symbol or name
 
 
 class Emitter(abc.ABC):

@@ -65,6 +65,8 @@ class TensorkilnHookSpecs:
         the target's own strategies for its key. Use it to replace one schedule of a
         target you do not own (a vendor's better conv schedule for cpu_llvm) without
         forking it; use `tensorkiln_strategies` for anything with knobs or a compute.
+        A group none of whose keys has a rule is chosen as if there were no rules: the
+        target's strategies, else the core's naive default (sdk_docs/strategies.md).
         Return {} for targets you do not serve.
         """
 

@@ -30,6 +30,10 @@ field.
 An exported library also defines `char tensorkiln_metadata[]` (JSON: format
 version, target, kernel signatures) and may define `int32_t tensorkiln_num_threads`
 (threads for parallel loops; 0 = all cores), which `set_num_threads` writes.
+
+`TKARG_HEADER` is this ABI as a C header (the struct, the error codes, `TK_ERROR`)
+for plugins that write C; `tensorkiln.sdk.native_c` generates the packed wrappers
+from it and builds a loadable module (sdk_docs/native_abi.md).
 """
 from __future__ import annotations
 
@@ -42,12 +46,12 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from ..ir.dtypes import dtype_of, to_numpy
+from ..ir.dtypes import dtype_of, to_numpy, to_python
 from ..ir.errors import ArtifactError, RuntimeLaunchError
 from .codegen import Artifact, KernelFunction, KernelSignature, LoadedModule, ParamSpec
 
 __all__ = [
-    "TKArg", "DTYPE_CODES", "ERROR_NARGS", "FIELD_NDIM", "FIELD_DTYPE", "FIELD_DATA", "FIELD_STRIDES",
+    "TKArg", "TKARG_HEADER", "DTYPE_CODES", "ERROR_NARGS", "FIELD_NDIM", "FIELD_DTYPE", "FIELD_DATA", "FIELD_STRIDES",
     "FIELD_SHAPE", "encode_error", "describe_error", "check_arguments", "NativeKernel", "NativeModule",
     "METADATA_SYMBOL", "NUM_THREADS_SYMBOL", "METADATA_FORMAT_VERSION", "metadata_json", "read_metadata",
     "load_native_library", "set_num_threads", "get_num_threads",
@@ -83,6 +87,37 @@ METADATA_SYMBOL = "tensorkiln_metadata"
 NUM_THREADS_SYMBOL = "tensorkiln_num_threads"
 METADATA_FORMAT_VERSION = 1
 
+TKARG_HEADER = f"""\
+/* tensorkiln native ABI (tensorkiln.sdk.native): TKArg and the codes of a packed function.
+   int32_t NAME(TKArg* args, int32_t nargs) returns 0, or TK_ERROR(argument index, TK_FIELD_...). */
+#ifndef TENSORKILN_ABI_H
+#define TENSORKILN_ABI_H
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct TKArg {{
+  void* data;               /* buffer base address; NULL for scalar parameters */
+  const int64_t* shape;     /* ndim extents */
+  const int64_t* strides;   /* element strides, or NULL when the array is C-contiguous */
+  int32_t ndim;             /* 0 for scalar parameters */
+  uint8_t dtype_code;       /* {", ".join(f"{code} {kind}" for kind, code in DTYPE_CODES.items())} */
+  uint8_t dtype_bits;
+  uint16_t dtype_lanes;
+  union {{ int64_t i; double f; }} value;   /* scalar parameters: ints in .i, floats in .f */
+}} TKArg;                    /* {ctypes.sizeof(TKArg)} bytes */
+
+#define TK_ERROR_NARGS {ERROR_NARGS}
+#define TK_FIELD_NDIM {FIELD_NDIM}
+#define TK_FIELD_DTYPE {FIELD_DTYPE}
+#define TK_FIELD_DATA {FIELD_DATA}
+#define TK_FIELD_STRIDES {FIELD_STRIDES}
+#define TK_FIELD_SHAPE {FIELD_SHAPE}   /* + the dimension */
+#define TK_ERROR(index, field) ((int32_t)((((index) + 1) << 8) | (field)))
+
+#endif
+"""
+"""The ABI as C text: paste it before C that reads TKArgs (tensorkiln.sdk.native_c does)."""
+
 
 def encode_error(argument_index: int, field: int, dim: int = 0) -> int:
     """The error code generated code returns for argument `argument_index` (0-based)."""
@@ -108,7 +143,7 @@ def _check_scalar(signature: KernelSignature, index: int, spec: ParamSpec, value
     if isinstance(value, np.ndarray) or not isinstance(value, (numbers.Number, np.generic)):
         raise RuntimeLaunchError(f"{label} must be a Python number of dtype {spec.dtype}, got {type(value).__name__}")
     if not parsed.is_float and not isinstance(value, (numbers.Integral, np.integer, np.bool_)):
-        raise RuntimeLaunchError(f"{label} has dtype {spec.dtype} and must be an integer, got {value!r}")
+        raise RuntimeLaunchError(f"{label} has dtype {spec.dtype} and must be an integer, got {to_python(value)!r}")
 
 
 def _check_buffer(signature: KernelSignature, index: int, spec: ParamSpec, value: Any) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from ..ir.dtypes import to_python
 from ..ir.errors import ScheduleError
 from ..tir import nodes as n
 from ..tir.visit import rewrite, substitute
@@ -23,6 +26,13 @@ from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, tensors_of
 __all__ = ["Schedule", "Stage", "create_schedule", "SplitRelation", "FuseRelation", "IterAttr"]
 
 SCOPES = ("global", "shared", "local", "warp")
+
+
+def _as_int(value) -> int | None:
+    """`value` as an int when it is one (numpy integers included, bools not), else None."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,8 +137,9 @@ class Stage:
             raise self._error("split", "give exactly one of factor= or nparts=", parent)
         value = factor if factor is not None else nparts
         what = "factor" if factor is not None else "nparts"
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise self._error("split", f"{what}={value!r} must be a positive integer", parent)
+        if _as_int(value) is None or value <= 0:
+            raise self._error("split", f"{what}={to_python(value)!r} must be a positive integer", parent)
+        factor, nparts = _as_int(factor), _as_int(nparts)   # numpy integers become ints (the trace is JSON)
         self._check_not_tensorized(parent, "split")
         outer = self._new_axis(f"{parent.name}.outer", parent.kind)
         inner = self._new_axis(f"{parent.name}.inner", parent.kind)
@@ -241,10 +252,11 @@ class Stage:
         iv = self._axis(axis, "storage_align", leaf=False)
         if iv not in self.op.axis:
             raise self._error("storage_align", "it is not one of the stage's data axes (op.axis)", iv)
-        if isinstance(factor, bool) or not isinstance(factor, int) or factor <= 0:
-            raise self._error("storage_align", f"factor={factor!r} must be a positive integer", iv)
-        if not isinstance(offset, int) or not 0 <= offset < factor:
-            raise self._error("storage_align", f"offset={offset!r} must be in [0, factor={factor})", iv)
+        if _as_int(factor) is None or factor <= 0:
+            raise self._error("storage_align", f"factor={to_python(factor)!r} must be a positive integer", iv)
+        if _as_int(offset) is None or not 0 <= offset < factor:
+            raise self._error("storage_align", f"offset={to_python(offset)!r} must be in [0, factor={factor})", iv)
+        factor, offset = _as_int(factor), _as_int(offset)
         self.storage_aligns[iv] = (factor, offset)
         self._record(tr.StorageAlign(self.name, iv.name, factor, offset))
 

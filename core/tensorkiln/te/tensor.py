@@ -11,7 +11,9 @@ from __future__ import annotations
 import inspect
 from typing import Callable, Sequence
 
-from ..ir.dtypes import dtype_of
+import numpy as np
+
+from ..ir.dtypes import dtype_of, to_python
 from ..ir.errors import ShapeError
 from ..tir import nodes as n
 from ..tir.visit import post_order_visit, rewrite
@@ -113,17 +115,17 @@ class ComputeOp(Operation):
 def _static_extent(value, what: str):
     if isinstance(value, IterVar):
         value = value.var
-    if isinstance(value, bool):
-        raise ShapeError(f"{what}: extent {value!r} is not an integer")
-    if isinstance(value, int):
+    if isinstance(value, (bool, np.bool_)):
+        raise ShapeError(f"{what}: extent {to_python(value)!r} is not an integer")
+    if isinstance(value, (int, np.integer)):   # numpy integers too: extents often come from array shapes
         if value < 0:
-            raise ShapeError(f"{what}: extent {value} is negative")
-        return value
+            raise ShapeError(f"{what}: extent {int(value)} is negative")
+        return int(value)
     if isinstance(value, n.IntImm):
         return value.value
     if isinstance(value, n.PrimExpr):
         return value  # symbolic extents: tensor intrinsic descriptions only
-    raise ShapeError(f"{what}: extent {value!r} is not an int or a te.var")
+    raise ShapeError(f"{what}: extent {to_python(value)!r} is not an int or a te.var")
 
 
 def placeholder(shape, dtype: str = "float32", name: str = "placeholder") -> Tensor:
@@ -154,7 +156,7 @@ def _range_of(dom, what):
         return dom.min, (dom.min + dom.extent)
     if isinstance(dom, (tuple, list)) and len(dom) == 2:
         return _static_extent(dom[0], what), _static_extent(dom[1], what)
-    raise ShapeError(f"{what}: domain must be (lo, hi), got {dom!r}")
+    raise ShapeError(f"{what}: domain must be (lo, hi), got {to_python(dom)!r}")
 
 
 def thread_axis(dom_or_tag=None, tag: str = "", name: str = "") -> IterVar:

@@ -14,7 +14,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import ClassVar, Union
 
-from ..ir.dtypes import dtype_of, with_lanes
+from ..ir.dtypes import dtype_of, to_python, with_lanes
 from ..ir.errors import CompileError
 
 __all__ = [
@@ -399,7 +399,11 @@ class PrimFunc:
 
 
 def const(value, dtype: str | None = None) -> PrimExpr:
-    """An immediate: int -> IntImm("int32"), float -> FloatImm("float32"), bool -> IntImm("bool")."""
+    """An immediate: int -> IntImm("int32"), float -> FloatImm("float32"), bool -> IntImm("bool").
+
+    numpy scalars count as the Python number they hold (np.float32(1.5) is a float).
+    """
+    value = to_python(value)
     if isinstance(value, bool):
         return IntImm(dtype or "bool", int(value))
     if dtype is None:
@@ -413,6 +417,7 @@ def as_expr(value, dtype: str = "int32") -> PrimExpr:
     """Wrap Python numbers as immediates of `dtype`'s element type."""
     if isinstance(value, PrimExpr):
         return value
+    value = to_python(value)
     element = dtype_of(dtype).element
     if isinstance(value, float) and not dtype_of(element).is_float:
         element = "float32"

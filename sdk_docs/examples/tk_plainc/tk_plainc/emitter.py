@@ -1,7 +1,7 @@
 """PlaincEmitter: tir PrimFuncs -> C99, all inherited from tensorkiln.sdk.CSourceEmitter.
 
-A C dialect overrides data, not traversal: see the override points in the
-CSourceEmitter docstring (types, qualifiers, thread indices, pragmas, math).
+A C dialect overrides data, not traversal: `help(CSourceEmitter)` lists the override
+points (types, qualifiers, thread indices, pragmas, math).
 """
 from tensorkiln.sdk import CSourceEmitter
 
