@@ -118,5 +118,5 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
                                                  "ctypes loader, tests) that passes the kit's manifest and runtime "
                                                  "levels once installed.")
     new_plugin.add_argument("name", help="target name, lower_snake_case (e.g. my_npu)")
-    new_plugin.add_argument("--dir", help="output directory (default: ./tensorkiln-NAME)")
+    new_plugin.add_argument("--dir", help="output directory (default: ./tensorkiln-NAME, '_' as '-': ./tensorkiln-my-npu)")
     new_plugin.set_defaults(run=_cmd_new_plugin)
