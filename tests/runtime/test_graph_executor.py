@@ -1,12 +1,19 @@
 """GraphExecutor through CompiledModel: input validation, set_input/run/get_output, copies, multi-output."""
 from __future__ import annotations
 
+import gc
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 import tensorkiln as tk
 from tensorkiln import graph
 from tensorkiln.ir.errors import RuntimeLaunchError
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _split_module() -> graph.Module:
@@ -157,6 +164,56 @@ def test_missing_input(fresh):
     fresh.set_input("y", Y)
     fresh.run()
     _assert_outputs([fresh.get_output(i) for i in range(3)])
+
+
+def test_every_call_passes_every_input_nothing_is_reused_from_an_earlier_call(fresh):
+    _assert_outputs(fresh(X, Y))
+    # before: these reused x and y of the call above and returned its outputs
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['x', 'y'\] were not given; every call passes all "
+                                                 r"of the model's inputs \['x', 'y'\]"):
+        fresh(**{})
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['x', 'y'\] were not given"):
+        fresh.run({})
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['y'\] were not given"):
+        fresh.run({"x": -X})
+    fresh.set_input("y", Y)   # the stateful API's inputs do not leak into a call either
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['y'\] were not given"):
+        fresh(x=X)
+
+
+def _statm_rss_bytes() -> int:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="reads RSS from /proc/self/statm (Linux)")
+def test_one_model_called_from_eight_threads_gives_the_single_threaded_results_without_growing():
+    lib = tk.compile(str(REPO / "examples/models/small_cnn.onnx"), target="cpu_llvm",
+                     shape={"input": (1, 3, 32, 32)})
+    rng = np.random.default_rng(0)
+    inputs = [rng.standard_normal((1, 3, 32, 32)).astype(np.float32) for _ in range(8)]
+    expected = [lib(x) for x in inputs]
+    threads, runs = 8, 50
+
+    def worker(thread: int) -> int:
+        wrong = 0
+        for run in range(runs):
+            index = (thread + run) % len(inputs)
+            wrong += not np.array_equal(lib(inputs[index]), expected[index])
+        return wrong
+
+    def round_of_calls() -> int:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(worker, range(threads)))
+
+    assert round_of_calls() == 0            # before: 4-57 wrong of 400 (the arena was shared)
+    gc.collect()
+    warm = _statm_rss_bytes()
+    assert round_of_calls() == 0
+    gc.collect()
+    grown = _statm_rss_bytes() - warm
+    assert grown < 8 * 2**20, f"RSS grew by {grown / 2**20:.1f} MiB in the second round"
+    assert lib.executor.state_count <= threads + 1    # states are reused, not made per call
 
 
 @pytest.mark.parametrize("index", [3, -1])

@@ -4,11 +4,21 @@ Memory comes from each target's runtime loader: a host target gets one arena
 (a numpy buffer) with every planned value a view at its offset; a device target
 gets the same through its loader's `empty`/`view`. A value read on another
 target than the one that produced it is copied there before the step (inputs
-and constants are copied once, at set_input / bind time).
+are copied at set_input, constants once per executor).
+
+Threads. Arenas, input buffers and device mirrors make up one `_ExecutionState`.
+`run_with` (what `lib(x)` and `lib.run({...})` call) takes a state from a pool for
+the length of the call, allocating a new one only when every state is busy, so
+concurrent calls never share buffers and sequential calls reuse the same memory;
+each call passes every input (nothing carries over from an earlier call). The
+stateful API (`set_input`, `run()`, `get_output`, `value`, `run_step`) works on one
+state of its own, kept between calls, behind a lock: each method is atomic, but
+a sequence of them from several threads interleaves; call `run_with` from threads.
 """
 from __future__ import annotations
 
 import os
+import threading
 import time
 from typing import Any, Mapping, Sequence
 
@@ -20,91 +30,149 @@ from ..ir.errors import RuntimeLaunchError
 __all__ = ["GraphExecutor"]
 
 
-class GraphExecutor:
-    """Executes a CompiledModel's plan. `set_input`, `run`, `get_output`, like TVM's."""
+class _ExecutionState:
+    """The buffers of one run: arenas per target, input arrays, views of intermediates and
+    outputs, device mirrors, and each step's bound arguments. Constants are shared."""
 
-    def __init__(self, compiled) -> None:
-        self.compiled = compiled
-        self.plan = compiled.plan
-        self._loaders = {t: compiled.target_objects[t].spec.loader for t in compiled.artifacts}
-        self._functions = [compiled.loaded_module(step.target).get_function(step.kernel) for step in self.plan.steps]
-        self._host_values: dict[int, Any] = {}   # value id -> array where the value lives
-        self._value_target: dict[int, str | None] = {}
-        self._arenas: dict[str, Any] = {}
-        self._allocate()
-        self._mirrors: dict[tuple[int, str], Any] = {}
-        self._static_mirrors: set[tuple[int, str]] = set()
-        self._step_args = [self._bind_step(step) for step in self.plan.steps]
-        self._inputs_set = [False] * len(self.plan.inputs)
-        self.last_step_times: list[float] = []
-
-    # -- memory -------------------------------------------------------------------------
-
-    def _allocate(self) -> None:
-        plan = self.plan
-        arena_size: dict[str, int] = {}
-        for storage in plan.storages:
-            arena_size[storage.target] = max(arena_size.get(storage.target, 0), storage.offset + storage.nbytes)
-        for target, size in arena_size.items():
-            self._arenas[target] = self._loaders[target].empty((max(size, 1),), "uint8")
+    def __init__(self, executor: "GraphExecutor") -> None:
+        self.executor = executor
+        plan = executor.plan
+        self.arenas: dict[str, Any] = {}
+        for target, size in executor.arena_sizes.items():
+            self.arenas[target] = executor.loaders[target].empty((max(size, 1),), "uint8")
+        self.host_values: dict[int, Any] = {}   # value id -> array where the value lives
         storages = {s.id: s for s in plan.storages}
         for value in plan.values:
             if value.kind == "input":
-                self._host_values[value.id] = np.empty(value.shape, to_numpy(value.dtype))
-                self._value_target[value.id] = None
+                self.host_values[value.id] = np.empty(value.shape, to_numpy(value.dtype))
             elif value.kind == "constant":
-                # reshape: np.ascontiguousarray turns a 0-d array into shape (1,)
-                self._host_values[value.id] = np.ascontiguousarray(self.compiled.constants[value.id]).reshape(value.shape)
-                self._value_target[value.id] = None
+                self.host_values[value.id] = executor.constants[value.id]
             else:
                 storage = storages[value.storage]
-                loader = self._loaders[storage.target]
-                self._host_values[value.id] = loader.view(self._arenas[storage.target], storage.offset,
-                                                          value.shape, value.dtype)
-                self._value_target[value.id] = storage.target
-
-    def _mirror(self, value_id: int, target: str) -> Any:
-        key = (value_id, target)
-        if key not in self._mirrors:
-            value = self.plan.values[value_id]
-            self._mirrors[key] = self._loaders[target].empty(value.shape, value.dtype)
-            if value.kind == "constant":
-                self._loaders[target].copy_into(self._mirrors[key], self._host_values[value_id])
-                self._static_mirrors.add(key)
-        return self._mirrors[key]
+                self.host_values[value.id] = executor.loaders[storage.target].view(
+                    self.arenas[storage.target], storage.offset, value.shape, value.dtype)
+        self.mirrors: dict[tuple[int, str], Any] = {}   # copies of inputs and cross-target values
+        self.step_args = [self._bind_step(step) for step in plan.steps]
+        self.inputs_set = [False] * len(plan.inputs)
 
     def _on_target(self, value_id: int, target: str) -> Any:
-        source = self._value_target[value_id]
-        if source == target or (source is None and self._loaders[target].uses_host_memory):
-            return self._host_values[value_id]
-        return self._mirror(value_id, target)
+        executor = self.executor
+        source = executor.value_target[value_id]
+        if source == target or (source is None and executor.loaders[target].uses_host_memory):
+            return self.host_values[value_id]
+        if executor.plan.values[value_id].kind == "constant":
+            return executor.constant_mirror(value_id, target)
+        key = (value_id, target)
+        if key not in self.mirrors:
+            value = executor.plan.values[value_id]
+            self.mirrors[key] = executor.loaders[target].empty(value.shape, value.dtype)
+        return self.mirrors[key]
 
     def _bind_step(self, step) -> list:
         return [self._on_target(v, step.target) for v in (*step.inputs, *step.outputs)]
 
-    def _refresh_mirrors(self, step) -> None:
+    def refresh_mirrors(self, step) -> None:
+        """Copy the current value of each mirrored input of `step` to the step's target."""
+        loaders = self.executor.loaders
         for value_id in step.inputs:
             key = (value_id, step.target)
-            if key in self._mirrors and key not in self._static_mirrors:
-                source = self._value_target[value_id]
-                host = self._host_values[value_id] if source is None else self._loaders[source].to_host(self._host_values[value_id])
-                self._loaders[step.target].copy_into(self._mirrors[key], host)
+            if key in self.mirrors:
+                source = self.executor.value_target[value_id]
+                host = self.host_values[value_id] if source is None else loaders[source].to_host(self.host_values[value_id])
+                loaders[step.target].copy_into(self.mirrors[key], host)
 
-    # -- API ------------------------------------------------------------------------------
+    def value(self, value_id: int) -> np.ndarray:
+        target = self.executor.value_target[value_id]
+        array = self.host_values[value_id]
+        if target is None or self.executor.loaders[target].uses_host_memory:
+            return np.array(array, copy=True)
+        return np.asarray(self.executor.loaders[target].to_host(array))
+
+
+class GraphExecutor:
+    """Executes a CompiledModel's plan: `run_with(inputs)` from any thread, or the stateful
+    `set_input`, `run`, `get_output` (TVM's API) from one thread at a time."""
+
+    def __init__(self, compiled) -> None:
+        self.compiled = compiled
+        self.plan = compiled.plan
+        self.loaders = {t: compiled.target_objects[t].spec.loader for t in compiled.artifacts}
+        self._functions = [compiled.loaded_module(step.target).get_function(step.kernel) for step in self.plan.steps]
+        self.arena_sizes: dict[str, int] = {}
+        for storage in self.plan.storages:
+            self.arena_sizes[storage.target] = max(self.arena_sizes.get(storage.target, 0),
+                                                   storage.offset + storage.nbytes)
+        self.value_target: dict[int, str | None] = {}
+        self.constants: dict[int, np.ndarray] = {}
+        storages = {s.id: s for s in self.plan.storages}
+        for value in self.plan.values:
+            if value.kind == "constant":
+                # reshape: np.ascontiguousarray turns a 0-d array into shape (1,)
+                constant = np.ascontiguousarray(compiled.constants[value.id]).reshape(value.shape)
+                constant.flags.writeable = False   # shared by every execution state
+                self.constants[value.id] = constant
+            self.value_target[value.id] = None if value.kind in ("input", "constant") \
+                else storages[value.storage].target
+        self._constant_mirrors: dict[tuple[int, str], Any] = {}
+        self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
+        self._pool_lock = threading.Lock()
+        self._free_states: list[_ExecutionState] = [_ExecutionState(self)]   # fails here, not at the first run
+        self._state_count = 1
+        self._stateful_lock = threading.RLock()
+        self._stateful_state: _ExecutionState | None = None
+        self._step_pool = None
+        self.concurrent = True
+        self.last_step_times: list[float] = []
+
+    # -- memory -------------------------------------------------------------------------
+
+    def constant_mirror(self, value_id: int, target: str) -> Any:
+        """The copy of constant `value_id` on `target`, made once and shared by every state."""
+        key = (value_id, target)
+        with self._setup_lock:
+            if key not in self._constant_mirrors:
+                value = self.plan.values[value_id]
+                mirror = self.loaders[target].empty(value.shape, value.dtype)
+                self.loaders[target].copy_into(mirror, self.constants[value_id])
+                self._constant_mirrors[key] = mirror
+            return self._constant_mirrors[key]
+
+    def _acquire_state(self) -> _ExecutionState:
+        with self._pool_lock:
+            if self._free_states:
+                return self._free_states.pop()
+            self._state_count += 1
+        return _ExecutionState(self)
+
+    def _release_state(self, state: _ExecutionState) -> None:
+        with self._pool_lock:
+            self._free_states.append(state)
+
+    @property
+    def state_count(self) -> int:
+        """Execution states allocated so far: 1 + the most calls that ever overlapped (+1 once
+        the stateful API is used). Each holds the model's arenas and inputs."""
+        return self._state_count
+
+    def _stateful(self) -> _ExecutionState:
+        """The state of set_input/run()/get_output; call with _stateful_lock held."""
+        if self._stateful_state is None:
+            self._stateful_state = self._acquire_state()   # kept: it holds the inputs set so far
+        return self._stateful_state
+
+    # -- inputs -------------------------------------------------------------------------
 
     def _input_index(self, key: int | str) -> int:
         names = [self.plan.values[v].name for v in self.plan.inputs]
-        if isinstance(key, int):
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
             if not 0 <= key < len(names):
                 raise RuntimeLaunchError(f"input index {key} out of range: the model has {len(names)} inputs {names}")
-            return key
+            return int(key)
         if key not in names:
             raise RuntimeLaunchError(f"the model has no input {key!r}; its inputs are {names}")
         return names.index(key)
 
-    def set_input(self, key: int | str, array: Any) -> None:
-        """Copy `array` into input `key` (name or position), checking shape and dtype."""
-        index = self._input_index(key)
+    def _copy_input(self, state: _ExecutionState, index: int, array: Any) -> None:
         value = self.plan.values[self.plan.inputs[index]]
         array = np.asarray(array)
         try:
@@ -116,80 +184,119 @@ class GraphExecutor:
                                      f"convert it with array.astype('{value.dtype}')")
         if tuple(array.shape) != value.shape:
             raise RuntimeLaunchError(f"input {value.name!r} has shape {tuple(array.shape)}, expected {value.shape}")
-        np.copyto(self._host_values[value.id], array)
-        self._inputs_set[index] = True
+        np.copyto(state.host_values[value.id], array)
+        state.inputs_set[index] = True
 
-    def run(self, **inputs: Any) -> None:
-        """Run every step. Levels of the plan's `concurrent_levels` run on a thread pool
-        (the memory plan keeps their storages apart) unless `self.concurrent` is False."""
-        for name, array in inputs.items():
-            self.set_input(name, array)
-        missing = [self.plan.values[v].name for i, v in enumerate(self.plan.inputs) if not self._inputs_set[i]]
+    def _by_index(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[int, Any]:
+        """{input index: array} for a call, checking that it names every input exactly once."""
+        names = [self.plan.values[v].name for v in self.plan.inputs]
+        if isinstance(inputs, Mapping):
+            arrays = {self._input_index(name): array for name, array in inputs.items()}
+        else:
+            if len(inputs) != len(names):
+                raise RuntimeLaunchError(f"the model takes {len(names)} inputs, got {len(inputs)} (its inputs are {names})")
+            arrays = dict(enumerate(inputs))
+        missing = [name for index, name in enumerate(names) if index not in arrays]
         if missing:
-            raise RuntimeLaunchError(f"inputs {missing} were not set; call set_input(name, array) first")
+            raise RuntimeLaunchError(
+                f"inputs {missing} were not given; every call passes all of the model's inputs {names} "
+                f"(nothing is kept from an earlier call), e.g. lib.run({{{', '.join(f'{n!r}: ...' for n in names)}}})")
+        return arrays
+
+    # -- running ------------------------------------------------------------------------
+
+    def _run_state(self, state: _ExecutionState) -> None:
+        """Run every step on `state`. Levels of the plan's `concurrent_levels` run on a thread
+        pool (the memory plan keeps their storages apart) unless `self.concurrent` is False."""
         times = [0.0] * len(self.plan.steps)
 
         def launch(index: int) -> None:
             start = time.perf_counter()
-            self._functions[index](*self._step_args[index])
+            self._functions[index](*state.step_args[index])
             times[index] = time.perf_counter() - start
 
-        levels = self.plan.concurrent_levels if getattr(self, "concurrent", True) else ()
+        levels = self.plan.concurrent_levels if self.concurrent else ()
         if not levels:
             levels = tuple((index,) for index in range(len(self.plan.steps)))
         for level in levels:
             for index in level:  # mirrors are filled here, in this thread, before any step of the level starts
-                self._refresh_mirrors(self.plan.steps[index])
+                state.refresh_mirrors(self.plan.steps[index])
             if len(level) == 1:
                 launch(level[0])
                 continue
-            if getattr(self, "_pool", None) is None:
-                from concurrent.futures import ThreadPoolExecutor
-                width = max(len(lv) for lv in self.plan.concurrent_levels)
-                self._pool = ThreadPoolExecutor(max_workers=min(width, os.cpu_count() or 1),
-                                                thread_name_prefix="tensorkiln-step")
-            futures = [self._pool.submit(launch, index) for index in level]
+            futures = [self._steps_pool().submit(launch, index) for index in level]
             for future in futures:
                 future.result()  # re-raises the first kernel error after the level finished
         self.last_step_times = times
+
+    def _steps_pool(self):
+        with self._setup_lock:
+            if self._step_pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+                width = max(len(level) for level in self.plan.concurrent_levels)
+                self._step_pool = ThreadPoolExecutor(max_workers=min(width, os.cpu_count() or 1),
+                                                     thread_name_prefix="tensorkiln-step")
+            return self._step_pool
+
+    def run_with(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+        """Run once on `inputs` (every input, by name or in order) and return copies of the outputs.
+
+        Safe to call from many threads at once: each call runs on an execution state of its own.
+        """
+        arrays = self._by_index(inputs)
+        state = self._acquire_state()
+        try:
+            for index, array in arrays.items():
+                self._copy_input(state, index, array)
+            self._run_state(state)
+            return [state.value(v) for v in self.plan.outputs]
+        finally:
+            self._release_state(state)
+
+    # -- the stateful API (one state, one thread at a time) -----------------------------
+
+    def set_input(self, key: int | str, array: Any) -> None:
+        """Copy `array` into input `key` (name or position) of the stateful API's state."""
+        index = self._input_index(key)
+        with self._stateful_lock:
+            self._copy_input(self._stateful(), index, array)
+
+    def run(self, **inputs: Any) -> None:
+        """Run every step on the inputs given here or earlier with set_input."""
+        with self._stateful_lock:
+            state = self._stateful()
+            for name, array in inputs.items():
+                self._copy_input(state, self._input_index(name), array)
+            missing = [self.plan.values[v].name for i, v in enumerate(self.plan.inputs) if not state.inputs_set[i]]
+            if missing:
+                raise RuntimeLaunchError(f"inputs {missing} were not set; call set_input(name, array) first")
+            self._run_state(state)
 
     def get_num_outputs(self) -> int:
         return len(self.plan.outputs)
 
     def get_output(self, index: int) -> np.ndarray:
-        """A numpy copy of output `index` (later runs do not change it)."""
+        """A numpy copy of output `index` of the last run() (later runs do not change it)."""
         if not 0 <= index < len(self.plan.outputs):
             raise RuntimeLaunchError(f"output index {index} out of range: the model has {len(self.plan.outputs)} outputs")
         return self.value(self.plan.outputs[index])
 
     def value(self, value_id: int) -> np.ndarray:
-        """A numpy copy of any value of the plan (input, constant, intermediate, output).
+        """A numpy copy of any value of the plan (input, constant, intermediate, output) in the
+        stateful API's state.
 
         Intermediates are only meaningful right after the step that produced them:
         memory planning reuses their storage (see `run_step`).
         """
-        target = self._value_target[value_id]
-        array = self._host_values[value_id]
-        if target is None or self._loaders[target].uses_host_memory:
-            return np.array(array, copy=True)
-        return np.asarray(self._loaders[target].to_host(array))
+        with self._stateful_lock:
+            return self._stateful().value(value_id)
 
     def run_step(self, index: int) -> None:
         """Run step `index` of the plan alone (debugging, bisection); inputs must be set."""
-        self._refresh_mirrors(self.plan.steps[index])
-        self._functions[index](*self._step_args[index])
+        with self._stateful_lock:
+            state = self._stateful()
+            state.refresh_mirrors(self.plan.steps[index])
+            self._functions[index](*state.step_args[index])
 
     def outputs(self) -> list[np.ndarray]:
         return [self.get_output(i) for i in range(self.get_num_outputs())]
-
-    def run_with(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
-        if isinstance(inputs, Mapping):
-            for name, array in inputs.items():
-                self.set_input(name, array)
-        else:
-            if len(inputs) != len(self.plan.inputs):
-                raise RuntimeLaunchError(f"the model takes {len(self.plan.inputs)} inputs, got {len(inputs)}")
-            for index, array in enumerate(inputs):
-                self.set_input(index, array)
-        self.run()
-        return self.outputs()

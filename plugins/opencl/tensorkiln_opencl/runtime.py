@@ -13,6 +13,7 @@ RuntimeLaunchError naming the argument before anything is copied or launched.
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from typing import Any, Sequence
 
@@ -188,6 +189,9 @@ class OpenCLKernel(KernelFunction):
                  written: frozenset[str]) -> None:
         self.module, self.signature, self.kernel, self.written = module, signature, kernel, written
         self.geometry = launch_geometry(module.artifact, signature.name)
+        # clSetKernelArg on one cl_kernel is not thread-safe, and the arguments belong to the
+        # next enqueue: concurrent model runs (one execution state each) launch one at a time
+        self._launch_lock = threading.Lock()
 
     def __call__(self, *args: Any) -> None:
         checked = self.check_arguments(args)
@@ -224,11 +228,12 @@ class OpenCLKernel(KernelFunction):
 
     def launch(self, args: Sequence[Any]) -> "cl.Event":
         """Enqueue one launch on already checked device arguments; returns its event."""
-        for position, arg in enumerate(args):
-            self.kernel.set_arg(position, arg.kernel_buffer() if isinstance(arg, DeviceArray) else arg)
         ndim = self.geometry.ndim
-        return cl.enqueue_nd_range_kernel(self.module.device.queue, self.kernel,
-                                          self.geometry.global_size[:ndim], self.geometry.block[:ndim])
+        with self._launch_lock:
+            for position, arg in enumerate(args):
+                self.kernel.set_arg(position, arg.kernel_buffer() if isinstance(arg, DeviceArray) else arg)
+            return cl.enqueue_nd_range_kernel(self.module.device.queue, self.kernel,
+                                              self.geometry.global_size[:ndim], self.geometry.block[:ndim])
 
     def check_arguments(self, args: Sequence[Any]) -> list[Any]:
         """Arguments converted for a launch; RuntimeLaunchError naming the first wrong one."""

@@ -195,3 +195,27 @@ def test_zero_dimensional_arrays_copy_both_ways(opencl_target):
     assert scalar.shape == () and loader.to_host(scalar) == np.float32(2.5)
     loader.copy_into(scalar, np.array(-1.0, "float32"))
     assert loader.to_host(scalar).shape == () and loader.to_host(scalar) == np.float32(-1.0)
+
+
+def test_one_compiled_model_runs_from_several_threads_at_once(opencl_target):
+    """Each concurrent call gets its own device arena (the executor's pool of execution
+    states) and launches hold the kernel's lock between set_arg and enqueue."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import tensorkiln as tk
+    from tensorkiln import graph
+
+    rng = np.random.default_rng(0)
+    x = graph.var("x", shape=(64, 64))
+    weight = graph.const(rng.standard_normal((64, 64)).astype("float32"))
+    hidden = graph.nn.relu(graph.nn.dense(graph.nn.relu(x + graph.const(1.0)), weight))
+    lib = tk.compile(graph.Module.from_expr(graph.nn.softmax(hidden, axis=-1)), target=opencl_target)
+    inputs = [rng.standard_normal((64, 64)).astype("float32") for _ in range(8)]
+    expected = [lib(a) for a in inputs]
+
+    def worker(thread: int) -> int:
+        return sum(not np.array_equal(lib(inputs[(thread + run) % 8]), expected[(thread + run) % 8])
+                   for run in range(10))
+
+    with ThreadPoolExecutor(8) as pool:
+        assert sum(pool.map(worker, range(8))) == 0
