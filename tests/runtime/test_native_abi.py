@@ -90,6 +90,20 @@ def _good(a, b, c):
     return [_tkarg(a), _tkarg(b), _tkarg(c), _tkarg(value=2.0), count]
 
 
+def test_a_read_only_output_is_refused_before_the_kernel_writes_it(gemm_like):
+    a, b, c = _arrays()
+    a.flags.writeable = b.flags.writeable = False   # inputs the kernel only reads may be read-only
+    gemm_like(a, b, c, 0.5, 4)
+    np.testing.assert_array_equal(c, 2.0)
+    c.flags.writeable = False
+    # before: the kernel wrote 3.0 into c through its data pointer
+    with pytest.raises(RuntimeLaunchError, match=r"gemm: argument 2 'C' is written by the kernel, but the numpy "
+                                                 r"array is read-only \(flags.writeable is False\)"):
+        gemm_like["gemm"](a, b, c, 1.0, 3)
+    np.testing.assert_array_equal(c, 2.0)
+    assert gemm_like.artifact.metadata["written"] == {"gemm": ["C"]}
+
+
 def test_native_checks_report_argument_and_field(gemm_like):
     a, b, c = _arrays()
     assert _raw_call(gemm_like, _good(a, b, c)) == 0

@@ -24,6 +24,7 @@ import llvmlite.ir as ir
 from tensorkiln import tir
 from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk import Artifact, Emitter, signature_of
+from tensorkiln.sdk.arg_checks import WRITTEN_METADATA_KEY, written_buffers
 from tensorkiln.sdk.intrinsic_impl import ExternImpl, SourceImpl, implementation_for
 from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_THREADS_SYMBOL, metadata_json
 
@@ -153,7 +154,7 @@ class LLVMEmitter(Emitter):
             # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
             sources={"llvm-unoptimized": unoptimized},
             metadata={"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
-                      "cpu": config.cpu, "opt_level": config.opt_level})
+                      "cpu": config.cpu, "opt_level": config.opt_level, WRITTEN_METADATA_KEY: module.written})
 
     def _build_module(self, funcs, target, config: MachineConfig, machine) -> "_BuiltModule":
         module = ir.Module(name=funcs[0].name)
@@ -178,9 +179,13 @@ class LLVMEmitter(Emitter):
             signatures = tuple(signature_of(f) for f in funcs)
         except ValueError as error:
             raise CompileError(f"cpu_llvm: {error}; kernels need static buffer shapes") from None
+        # the buffer parameters each kernel writes: its loader refuses read-only arrays for them
+        written = {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}]
+                   for f in funcs}
         _string_global(module, METADATA_SYMBOL, metadata_json(
-            str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm"}))
-        return _BuiltModule(module, linker, signatures)
+            str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm",
+                                      WRITTEN_METADATA_KEY: written}))
+        return _BuiltModule(module, linker, signatures, written)
 
     @staticmethod
     def _link_intrinsics(parsed: llvm.ModuleRef, linker: IntrinsicLinker) -> None:
@@ -202,3 +207,4 @@ class _BuiltModule:
     llvm_module: ir.Module
     linker: IntrinsicLinker
     signatures: tuple
+    written: dict          # kernel name -> names of the buffer parameters it writes
