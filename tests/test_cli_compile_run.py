@@ -125,3 +125,16 @@ def test_compile_missing_model(tmp_path, monkeypatch, capsys):
 def test_compile_bad_shape_flag(tmp_path, monkeypatch, capsys):
     code, _ = _main(["compile", MODEL, "--shape", "input"], tmp_path, monkeypatch, capsys)
     assert code == "error: --shape 'input' must look like NAME=1,3,224,224"
+
+
+def test_run_profile_prints_kernel_times_and_writes_a_chrome_trace(package):
+    import json
+    folder, path, _ = package
+    result = tensorkiln("run", path, "--random", "--repeat", "3", "--profile", folder / "trace.json", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    assert "kernel" in result.stdout and "share" in result.stdout and "outside kernels" in result.stdout
+    assert "fused_nn_conv2d" in result.stdout
+    trace = json.loads((folder / "trace.json").read_text())
+    kernels = {event["name"] for event in trace["traceEvents"]}
+    assert any(name.startswith("fused_nn_conv2d") for name in kernels)
+    assert all(event["ph"] == "X" and event["dur"] >= 0 for event in trace["traceEvents"])

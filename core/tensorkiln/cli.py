@@ -145,7 +145,8 @@ def _cmd_run(args) -> int:
     from .ir.dtypes import to_numpy
     from .runtime.package import load
 
-    lib = load(args.package)
+    key = Path(args.key_file).read_bytes() if args.key_file else None
+    lib = load(args.package, key=key)
     inputs = {}
     given = list(args.input or [])
     rng = np.random.default_rng(0)
@@ -178,6 +179,12 @@ def _cmd_run(args) -> int:
     if times:
         print(f"latency over {len(times)} runs: median {1e3 * float(np.median(times)):.3f} ms, "
               f"min {1e3 * min(times):.3f} ms")
+    if args.profile:
+        from .runtime.profiler import profile
+        report = profile(lib, inputs, repeat=max(args.repeat, 1))
+        print(report.table())
+        report.write_chrome_trace(args.profile)
+        print(f"wrote Chrome trace {args.profile} (chrome://tracing or ui.perfetto.dev)")
     return 0
 
 
@@ -232,6 +239,9 @@ def _parser() -> argparse.ArgumentParser:
     run_cmd.add_argument("--random", action="store_true", help="random inputs for those not given")
     run_cmd.add_argument("--repeat", type=int, default=10, help="timed runs after the first")
     run_cmd.add_argument("--save", metavar="PREFIX", help="write outputs to PREFIX<i>.npy")
+    run_cmd.add_argument("--profile", nargs="?", const="trace.json", metavar="TRACE.json",
+                         help="print a per-kernel time table and write a Chrome trace (default trace.json)")
+    run_cmd.add_argument("--key-file", metavar="FILE", help="the package must be signed with this key")
     run_cmd.set_defaults(run=_cmd_run)
 
     viz_cmd = commands.add_parser("viz", help="draw an ONNX model's graph after a compile stage (graphviz)")
