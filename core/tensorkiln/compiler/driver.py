@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..graph import Call, Expr, Function, Module, post_order, structural_hash
+from ..graph import Call, Expr, Function, Module, post_order
 from ..graph.registry import Op
 from ..ir.errors import UnsupportedOpError
 from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrument, current_pass_context, group_each_op
@@ -58,7 +58,10 @@ def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassCo
     used: set[str] = set()
     for call in calls:
         target = registry().target(call.op.attr("target") or str(primary))
-        key = (structural_hash(call.op), str(target))
+        # the Function itself: hashed structurally and compared with structural equality. A hash alone
+        # is no identity: variables hash by type, so add(p0, p0) and add(p0, p1) collided and shared
+        # one kernel (wrong argument count, or silently wrong results when the counts matched)
+        key = (call.op, str(target))
         if key not in by_key:
             base = group_name(call.op)
             name, suffix = base, 0

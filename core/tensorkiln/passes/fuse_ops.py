@@ -23,9 +23,16 @@ from ..graph.types import TensorType
 from ..ir.errors import InternalError
 from .manager import register_pass
 
-__all__ = ["fuse_ops", "group_each_op", "MAX_GROUP_SIZE"]
+__all__ = ["fuse_ops", "group_each_op", "MAX_GROUP_SIZE", "MAX_GROUP_INPUTS"]
 
 MAX_GROUP_SIZE = 64
+"""Ops in one fused group at most."""
+
+MAX_GROUP_INPUTS = 64
+"""Distinct tensor inputs of one fused group (its kernel's buffer parameters, outputs aside) at most:
+a producer whose group would take the merged group past it stays a kernel of its own. 64 pointers
+leave room for outputs and scalars in OpenCL's smallest guaranteed parameter space (1024 bytes).
+A single op with more inputs is split before fusion (the ONNX importer builds a tree of Concats)."""
 
 
 @dataclass(eq=False)
@@ -74,6 +81,8 @@ def _partition(body, fuse: bool) -> dict[int, _Group]:
                     continue
                 if len(producer.nodes) + len(group.nodes) > MAX_GROUP_SIZE:
                     continue
+                if len(_external_inputs([*producer.nodes, *group.nodes])) > MAX_GROUP_INPUTS:
+                    continue
                 merged_kind = max(producer.kind, group.kind) if not producer.has_anchor else producer.kind
                 producer.nodes.extend(n for n in group.nodes if n not in producer.nodes)
                 for member in group.nodes:
@@ -82,6 +91,22 @@ def _partition(body, fuse: bool) -> dict[int, _Group]:
                 group = producer
         group_of[id(node)] = group
     return group_of
+
+
+def _external_inputs(nodes: list) -> list:
+    """The values `nodes` read from outside themselves, in first-use order: the parameters of
+    their group's function (scalar constants are inlined as immediates and do not count)."""
+    member_ids = {id(n) for n in nodes}
+    external, seen = [], set()
+    for member in nodes:
+        for arg in member.args:
+            if id(arg) in member_ids or id(arg) in seen:
+                continue
+            if isinstance(arg, Constant) and arg.value.size == 1:
+                continue
+            seen.add(id(arg))
+            external.append(arg)
+    return external
 
 
 def _build_function(group: _Group, external: list) -> Function:
@@ -126,16 +151,7 @@ def _regroup(mod: Module, fuse: bool) -> Module:
             if node is not group.nodes[-1] or id(group) in done:
                 continue
             done.add(id(group))
-            member_ids = {id(n) for n in group.nodes}
-            external = []
-            for member in group.nodes:
-                for arg in member.args:
-                    if id(arg) in member_ids:
-                        continue
-                    if isinstance(arg, Constant) and arg.value.size == 1:
-                        continue
-                    if all(arg is not e for e in external):
-                        external.append(arg)
+            external = _external_inputs(group.nodes)
             function = _build_function(group, external)
             rebuilt[id(node)] = Call(function, tuple(new(e) for e in external), span=node.span)
         elif isinstance(node, Tuple):

@@ -6,6 +6,11 @@ import numpy as np
 from ....graph.expr import Constant
 from ....ir.dtypes import from_numpy, to_numpy
 from ....ir.errors import DTypeError
+from ....passes.fuse_ops import MAX_GROUP_INPUTS
+
+MAX_OP_INPUTS = MAX_GROUP_INPUTS
+"""Inputs of one call that an ONNX variadic node becomes at most (a kernel's buffer parameters are
+bounded, see fuse_ops.MAX_GROUP_INPUTS): a Concat of more inputs becomes a tree of Concats."""
 
 
 def scalar(value, dtype: str) -> Constant:
@@ -48,3 +53,13 @@ def auto_pad(node, in_sizes, kernel, strides, dilations) -> list[int]:
             begins.append(large)
             ends.append(small)
     return begins + ends
+
+
+def variadic_tree(node, op_name: str, args, **attrs):
+    """`op_name(*args)` for an associative op as a tree of calls of at most MAX_OP_INPUTS inputs
+    each: concatenate(300 inputs) -> concatenate(concatenate(64 inputs), ..., concatenate(44 inputs))."""
+    args = list(args)
+    while len(args) > MAX_OP_INPUTS:
+        chunks = [args[i:i + MAX_OP_INPUTS] for i in range(0, len(args), MAX_OP_INPUTS)]
+        args = [chunk[0] if len(chunk) == 1 else node.call(op_name, *chunk, **attrs) for chunk in chunks]
+    return node.call(op_name, *args, **attrs)

@@ -10,7 +10,7 @@ from ....ir.dtypes import to_numpy
 from ....ir.errors import ShapeError
 from ..node import OnnxNode
 from ._registry import converter
-from ._util import ints, onnx_dtype, scalar
+from ._util import ints, onnx_dtype, scalar, variadic_tree
 
 
 @converter("Constant")
@@ -113,7 +113,7 @@ def _unsqueeze(node: OnnxNode) -> Expr:
 @converter("Concat")
 def _concat(node: OnnxNode) -> Expr:
     args = [a for a in node.inputs if a is not None]
-    return node.call("concatenate", *args, axis=node.attr("axis"))
+    return variadic_tree(node, "concatenate", args, axis=node.attr("axis"))
 
 
 @converter("Split")
