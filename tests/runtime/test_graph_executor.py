@@ -250,3 +250,84 @@ def test_zero_dimensional_outputs_keep_their_shape(tmp_path):
     lib.export(tmp_path / "scalar.tkpkg")
     size, summed = tk.runtime.load(tmp_path / "scalar.tkpkg")(data)
     assert size.shape == () and summed.shape == ()
+
+
+# -- gather indices are checked, not clamped -------------------------------------------------
+
+def _gather_model(op_type: str, index_shape, out_shape, constant_indices=None, add_one=False, **attrs):
+    """data (3, 4) float32 gathered by int64 indices: a model input, or a constant; with
+    `add_one` the indices are computed (idx + 1) and would fuse into the gather's kernel."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits, index_name = [], [], "idx"
+    if add_one:
+        inits.append(numpy_helper.from_array(np.array(1, np.int64), "one"))
+        nodes.append(helper.make_node("Add", ["idx", "one"], ["idx1"]))
+        index_name = "idx1"
+    if constant_indices is not None:
+        inits.append(numpy_helper.from_array(constant_indices, "idx"))
+    nodes.append(helper.make_node(op_type, ["data", index_name], ["y"], name=f"my_{op_type}", **attrs))
+    inputs = [helper.make_tensor_value_info("data", TensorProto.FLOAT, [3, 4])]
+    if constant_indices is None:
+        inputs.append(helper.make_tensor_value_info("idx", TensorProto.INT64, list(index_shape)))
+    graph_proto = helper.make_graph(nodes, "gather", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT,
+                                                                                          list(out_shape))], inits)
+    model = helper.make_model(graph_proto, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+DATA = np.arange(12, dtype=np.float32).reshape(3, 4)
+GATHERS = [  # op, attrs, valid indices (negative ones included), out-of-range indices, message
+    ("Gather", {"axis": 0}, np.array([0, -3, 2], np.int64), np.array([0, 3, 1], np.int64), [3, 4],
+     r"take \(ONNX node 'my_Gather'\): index 3 at position \[1\] is out of range for an axis of size 3; "
+     r"valid indices are -3 to 2"),
+    ("GatherElements", {"axis": 1}, np.array([[0, -4, 3, 1]], np.int64), np.array([[0, 1, -5, 1]], np.int64),
+     [1, 4], r"gather_elements \(ONNX node 'my_GatherElements'\): index -5 at position \[0, 2\] is out of range "
+             r"for an axis of size 4; valid indices are -4 to 3"),
+    ("GatherND", {}, np.array([[2, -1], [-3, 0]], np.int64), np.array([[2, 3], [1, 4]], np.int64), [2],
+     r"gather_nd \(ONNX node 'my_GatherND'\): index 4 at position \[1, 1\] \(coordinate 1 of an index tuple\) "
+     r"is out of range for an axis of size 4; valid indices are -4 to 3"),
+]
+
+
+@pytest.mark.parametrize("target", ["cpu_llvm", "opencl"])
+@pytest.mark.parametrize("op_type, attrs, valid, invalid, out_shape, message", GATHERS, ids=[g[0] for g in GATHERS])
+def test_gather_indices_out_of_range_are_refused_at_run_time(target, op_type, attrs, valid, invalid, out_shape,
+                                                              message):
+    ort = pytest.importorskip("onnxruntime")
+    model = _gather_model(op_type, valid.shape, out_shape, **attrs)
+    lib = tk.compile(model, target=target)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"data": DATA, "idx": valid})[0]
+    np.testing.assert_array_equal(lib(data=DATA, idx=valid), expected)   # negative indices within [-n, n) work
+    with pytest.raises(RuntimeLaunchError, match=message):   # before: clamped, a wrong element silently
+        lib(data=DATA, idx=invalid)
+    with pytest.raises(Exception):
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+            None, {"data": DATA, "idx": invalid})
+
+
+def test_computed_gather_indices_stay_a_checked_kernel_input():
+    model = _gather_model("Gather", (3,), (3, 4), add_one=True, axis=0)
+    lib = tk.compile(model, target="cpu_llvm")
+    np.testing.assert_array_equal(lib(data=DATA, idx=np.array([1, -4, 0], np.int64)), DATA[[2, 0, 1]])
+    with pytest.raises(RuntimeLaunchError, match=r"take .* index 3 at position \[0\]"):
+        lib(data=DATA, idx=np.array([2, 0, 0], np.int64))
+    (check,) = [c for step in lib.plan.steps for c in step.index_checks]
+    assert (check.op, check.extents) == ("take", (3,))
+
+
+def test_constant_gather_indices_out_of_range_are_refused_at_compile_time(tmp_path):
+    from tensorkiln.ir.errors import ShapeError
+
+    for op_type, attrs, _, invalid, out_shape, message in GATHERS:
+        model = _gather_model(op_type, invalid.shape, out_shape, constant_indices=invalid, **attrs)
+        with pytest.raises(ShapeError, match=message):
+            tk.compile(model, target="cpu_llvm")
+    # the checks travel with an exported package
+    lib = tk.compile(_gather_model("Gather", (3,), (3, 4), axis=0), target="cpu_llvm")
+    lib.export(tmp_path / "gather.tkpkg")
+    loaded = tk.runtime.load(tmp_path / "gather.tkpkg")
+    with pytest.raises(RuntimeLaunchError, match=r"take \(ONNX node 'my_Gather'\): index 3"):
+        loaded(data=DATA, idx=np.array([3, 0, 0], np.int64))

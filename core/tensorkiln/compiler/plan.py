@@ -11,9 +11,11 @@ from dataclasses import replace
 import numpy as np
 
 from ..graph import Call, Constant, Function, Tuple, TupleGetItem, Var, post_order
+from ..graph.registry import Op
 from ..graph.types import TensorType, TupleType
-from ..ir.errors import InternalError
-from ..runtime.plan import ExecutionPlan, KernelStep, ValueInfo
+from ..ir.errors import InternalError, ShapeError
+from ..ir.index_range import describe_out_of_range, first_out_of_range
+from ..runtime.plan import ExecutionPlan, IndexCheck, KernelStep, ValueInfo
 
 __all__ = ["build_plan"]
 
@@ -56,7 +58,8 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
             steps.append(KernelStep(name, node.op.attr("target") or default_target, tuple(args), tuple(outs),
                                     tuple(c.op.name for c in post_order(node.op.body)
                                           if isinstance(c, Call) and not isinstance(c.op, Function)),
-                                    node.op.attr("fallback_reason", "")))
+                                    node.op.attr("fallback_reason", ""),
+                                    _index_checks(node.op, args, constants)))
             ids[id(node)] = outs
         elif isinstance(node, Tuple):
             ids[id(node)] = [ids[id(f)][0] for f in node.fields]
@@ -71,3 +74,28 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
         if values[value_id].kind == "intermediate":
             values[value_id] = replace(values[value_id], kind="output")
     return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs), constants
+
+
+def _index_checks(function: Function, args: list[int], constants: dict[int, np.ndarray]) -> tuple[IndexCheck, ...]:
+    """The gather indices a group's kernel reads: constant ones are checked now (ShapeError),
+    the others become IndexChecks of the step, run by the executor before each launch."""
+    params = {id(p): position for position, p in enumerate(function.params)}
+    checks = []
+    for call in post_order(function.body):
+        if not (isinstance(call, Call) and isinstance(call.op, Op) and call.op.index_bounds is not None):
+            continue
+        bounds = call.op.index_bounds(tuple(a.checked_type for a in call.args), call.attrs)
+        indices = call.args[bounds.argument]
+        position = params.get(id(indices))
+        if isinstance(indices, Constant) or (position is not None and args[position] in constants):
+            value = indices.value if isinstance(indices, Constant) else constants[args[position]]
+            bad = first_out_of_range(value, bounds.extents, bounds.per_last_axis)
+            if bad is not None:
+                raise ShapeError(f"{describe_out_of_range(call.op.name, call.span or '', bad, bounds.per_last_axis)}; "
+                                 "the indices are constants of the model")
+        elif position is not None:
+            checks.append(IndexCheck(position, bounds.extents, call.op.name, call.span or "", bounds.per_last_axis))
+        else:
+            raise InternalError(f"the indices of {call.op.name} are computed inside the kernel, where nothing "
+                                f"checks them; fuse_ops keeps index producers out of a gather's group\n{function}")
+    return tuple(checks)

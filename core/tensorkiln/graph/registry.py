@@ -12,6 +12,11 @@ conv2d = register_op(
 )
 ```
 
+An op that reads one argument as indices into another (take, gather_elements, gather_nd)
+also gives `index_bounds`: (arg_types, attrs) -> IndexBounds, the range each index must lie
+in. Generated code clamps indices; the compiler checks constant indices against these
+bounds, and the executor checks run-time ones before the kernel runs.
+
 `compute` starts as None; the te/ops layer fills it with `set_compute(name, fn)`
 (fn(input_te_tensors, attrs, out_type) -> te.Tensor). Schedules are not the op's:
 a target's strategies (tensorkiln.sdk.strategy) or the core's naive default decide them.
@@ -25,7 +30,7 @@ from typing import Any, Callable
 from ..ir.errors import InternalError, UnsupportedOpError
 from .attrs import NO_ATTRS, Attrs, NoAttrs
 
-__all__ = ["OpPattern", "Op", "register_op", "get_op", "list_ops", "set_compute",
+__all__ = ["OpPattern", "Op", "IndexBounds", "register_op", "get_op", "list_ops", "set_compute",
            "VARIADIC", "DEFAULT_TOLERANCE"]
 
 VARIADIC = -1
@@ -43,6 +48,16 @@ class OpPattern(enum.IntEnum):
     OPAQUE = 8
 
 
+@dataclass(frozen=True, slots=True)
+class IndexBounds:
+    """Argument `argument` of a call holds indices, each valid in [-n, n): n is `extents[0]` for
+    every index, or `extents[j]` for index[..., j] when `per_last_axis` (gather_nd's tuples)."""
+
+    argument: int
+    extents: tuple[int, ...]
+    per_last_axis: bool = False
+
+
 @dataclass(eq=False, slots=True)
 class Op:
     """A registered operator. Compared by identity: there is one record per name."""
@@ -56,6 +71,7 @@ class Op:
     tolerance: dict[str, float] = field(default_factory=dict)
     doc: str = ""
     compute: Callable[..., Any] | None = None
+    index_bounds: Callable[[tuple, Any], IndexBounds] | None = None
 
     def rtol(self, dtype: str) -> float:
         """Relative tolerance for comparing an implementation with the reference."""
@@ -83,11 +99,12 @@ _OPS: dict[str, Op] = {}
 
 def register_op(name: str, *, attrs: type[Attrs] = NoAttrs, type_rule: Callable, reference: Callable,
                 pattern: OpPattern, num_inputs: int = VARIADIC, tolerance: dict[str, float] | None = None,
-                doc: str = "") -> Op:
+                doc: str = "", index_bounds: Callable[[tuple, Any], IndexBounds] | None = None) -> Op:
     """Register op `name` and return its record; registering a name twice is a bug."""
     if name in _OPS:
         raise InternalError(f"op {name!r} is registered twice")
-    op = Op(name, attrs, type_rule, reference, OpPattern(pattern), num_inputs, dict(tolerance or {}), doc)
+    op = Op(name, attrs, type_rule, reference, OpPattern(pattern), num_inputs, dict(tolerance or {}), doc,
+            index_bounds=index_bounds)
     _OPS[name] = op
     return op
 

@@ -8,7 +8,9 @@
 - out-elementwise-fusable and opaque ops start a group and take no producers.
 
 A producer joins only when the op is its single user, so each group has one
-external output and no group can depend on itself. A group has at most one
+external output and no group can depend on itself. The indices of a gather (an op
+with `index_bounds`) never fuse into its group: they stay a kernel input, checked by
+the executor before the launch. A group has at most one
 anchor (out-elementwise-fusable or reduction). Each group becomes a primitive
 Function called from main; non-scalar constants are lifted to its parameters.
 """
@@ -68,7 +70,10 @@ def _partition(body, fuse: bool) -> dict[int, _Group]:
         group = _Group([node], pattern, node.target)
         is_tuple_valued = not isinstance(node.checked_type, TensorType)
         if fuse and not is_tuple_valued:
+            indices = _index_argument(node)
             for arg in dict.fromkeys(node.args):  # each distinct producer once
+                if arg is indices:
+                    continue   # gather indices stay a kernel input, which the executor checks before launch
                 producer = group_of.get(id(arg))
                 if producer is None or producer is group or users.get(id(arg), 0) != 1:
                     continue
@@ -91,6 +96,13 @@ def _partition(body, fuse: bool) -> dict[int, _Group]:
                 group = producer
         group_of[id(node)] = group
     return group_of
+
+
+def _index_argument(node: Call):
+    """The argument `node` reads as gather indices (take, gather_elements, gather_nd), else None."""
+    if node.op.index_bounds is None:
+        return None
+    return node.args[node.op.index_bounds(tuple(a.checked_type for a in node.args), node.attrs).argument]
 
 
 def _external_inputs(nodes: list) -> list:

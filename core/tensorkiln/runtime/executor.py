@@ -26,6 +26,7 @@ import numpy as np
 
 from ..ir.dtypes import from_numpy, to_numpy
 from ..ir.errors import RuntimeLaunchError
+from ..ir.index_range import describe_out_of_range, first_out_of_range
 
 __all__ = ["GraphExecutor"]
 
@@ -81,12 +82,23 @@ class _ExecutionState:
                 host = self.host_values[value_id] if source is None else loaders[source].to_host(self.host_values[value_id])
                 loaders[step.target].copy_into(self.mirrors[key], host)
 
-    def value(self, value_id: int) -> np.ndarray:
+    def value(self, value_id: int, copy: bool = True) -> np.ndarray:
+        """Value `value_id` as a numpy array: a copy, or (copy=False) the array itself where it
+        lives in host memory."""
         target = self.executor.value_target[value_id]
         array = self.host_values[value_id]
         if target is None or self.executor.loaders[target].uses_host_memory:
-            return np.array(array, copy=True)
+            return np.array(array, copy=True) if copy else array
         return np.asarray(self.executor.loaders[target].to_host(array))
+
+    def check_indices(self, step) -> None:
+        """RuntimeLaunchError for the first gather index of `step` out of range (before its launch)."""
+        for check in step.index_checks:
+            indices = self.value(step.inputs[check.input], copy=False)
+            bad = first_out_of_range(indices, check.extents, check.per_last_axis)
+            if bad is not None:
+                raise RuntimeLaunchError(f"{describe_out_of_range(check.op, check.node, bad, check.per_last_axis)} "
+                                         f"(kernel {step.kernel}); onnxruntime refuses it too")
 
 
 class GraphExecutor:
@@ -220,6 +232,7 @@ class GraphExecutor:
             levels = tuple((index,) for index in range(len(self.plan.steps)))
         for level in levels:
             for index in level:  # mirrors are filled here, in this thread, before any step of the level starts
+                state.check_indices(self.plan.steps[index])
                 state.refresh_mirrors(self.plan.steps[index])
             if len(level) == 1:
                 launch(level[0])
@@ -295,6 +308,7 @@ class GraphExecutor:
         """Run step `index` of the plan alone (debugging, bisection); inputs must be set."""
         with self._stateful_lock:
             state = self._stateful()
+            state.check_indices(self.plan.steps[index])
             state.refresh_mirrors(self.plan.steps[index])
             self._functions[index](*state.step_args[index])
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir.dtypes import dtype_of
 
-__all__ = ["ValueInfo", "KernelStep", "StorageInfo", "ExecutionPlan"]
+__all__ = ["ValueInfo", "IndexCheck", "KernelStep", "StorageInfo", "ExecutionPlan"]
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,25 @@ class ValueInfo:
 
 
 @dataclass(frozen=True)
+class IndexCheck:
+    """Input `input` (a position in the step's inputs) holds the indices of a gather (`op`, from
+    ONNX node `node`): the executor checks each lies in [-n, n) before the kernel runs, with n
+    `extents[0]`, or `extents[j]` for index[..., j] when `per_last_axis` (gather_nd)."""
+
+    input: int
+    extents: tuple[int, ...]
+    op: str
+    node: str = ""
+    per_last_axis: bool = False
+
+
+@dataclass(frozen=True)
 class KernelStep:
-    """Run kernel `kernel` of target `target` on input values, writing output values."""
+    """Run kernel `kernel` of target `target` on input values, writing output values.
+
+    `index_checks`: inputs the kernel uses as gather indices, checked before each launch
+    (generated code clamps them, so an index out of range would read a wrong element).
+    """
 
     kernel: str
     target: str
@@ -41,6 +58,7 @@ class KernelStep:
     outputs: tuple[int, ...]
     ops: tuple[str, ...]
     fallback_reason: str = ""
+    index_checks: tuple[IndexCheck, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -78,7 +96,10 @@ class ExecutionPlan:
         return cls(
             values=tuple(ValueInfo(**{**v, "shape": tuple(v["shape"])}) for v in data["values"]),
             steps=tuple(KernelStep(**{**s, "inputs": tuple(s["inputs"]), "outputs": tuple(s["outputs"]),
-                                      "ops": tuple(s["ops"])}) for s in data["steps"]),
+                                      "ops": tuple(s["ops"]),
+                                      "index_checks": tuple(IndexCheck(**{**c, "extents": tuple(c["extents"])})
+                                                            for c in s.get("index_checks", ()))})
+                        for s in data["steps"]),
             inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
             storages=tuple(StorageInfo(**s) for s in data["storages"]),
             concurrent_levels=tuple(tuple(level) for level in data.get("concurrent_levels", ())),

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...ir.dtypes import dtype_of
+from ...ir.dtypes import dtype_of, from_numpy
 from ...ir.errors import DTypeError, ShapeError
+from ...ir.index_range import describe_out_of_range, first_out_of_range
 from ..attrs import Attrs
-from ..registry import VARIADIC, OpPattern, register_op
+from ..registry import VARIADIC, IndexBounds, OpPattern, register_op
 from ..types import TensorType, TupleType
 from ._rules import broadcast_shape, normalize_axes, normalize_axis, same_dtype, shape_text, tensor_args
 
@@ -248,17 +249,30 @@ def _take_type(arg_types, attrs: TakeAttrs) -> TensorType:
     return TensorType((*data.shape[:axis], *indices.shape, *data.shape[axis + 1:]), data.dtype)
 
 
+def _check_indices(op: str, bounds_rule, x: np.ndarray, indices: np.ndarray, attrs) -> None:
+    """ShapeError naming the first index outside [-n, n) (what onnxruntime refuses too)."""
+    arg_types = tuple(TensorType(a.shape, from_numpy(a.dtype)) for a in (x, indices))
+    bounds = bounds_rule(arg_types, attrs)
+    bad = first_out_of_range(indices, bounds.extents, bounds.per_last_axis)
+    if bad is not None:
+        raise ShapeError(describe_out_of_range(op, "", bad, bounds.per_last_axis))
+
+
+def _take_bounds(arg_types, attrs: TakeAttrs) -> IndexBounds:
+    data = arg_types[0]
+    return IndexBounds(1, (data.shape[attrs.axis % data.ndim],))
+
+
 def _take(x, indices, attrs):
+    _check_indices("take", _take_bounds, x, indices, attrs)
     axis = attrs.axis % x.ndim
     size = x.shape[axis]
     indices = np.where(indices < 0, indices + size, indices)
-    if indices.size and (indices.min() < 0 or indices.max() >= size):
-        raise ShapeError(f"take: an index is out of range for axis {axis} of size {size}")
     return np.take(x, indices, axis=axis)
 
 
 register_op("take", attrs=TakeAttrs, type_rule=_take_type, reference=_take,
-            pattern=OpPattern.INJECTIVE, num_inputs=2)
+            pattern=OpPattern.INJECTIVE, num_inputs=2, index_bounds=_take_bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,14 +289,20 @@ def _gather_elements_type(arg_types, attrs: AxisAttrs) -> TensorType:
     return TensorType(indices.shape, data.dtype)
 
 
+def _gather_elements_bounds(arg_types, attrs: AxisAttrs) -> IndexBounds:
+    data = arg_types[0]
+    return IndexBounds(1, (data.shape[attrs.axis % data.ndim],))
+
+
 def _gather_elements(x, indices, attrs):
+    _check_indices("gather_elements", _gather_elements_bounds, x, indices, attrs)
     axis = attrs.axis % x.ndim
     indices = np.where(indices < 0, indices + x.shape[axis], indices)
     return np.take_along_axis(x, indices, axis=axis)
 
 
 register_op("gather_elements", attrs=AxisAttrs, type_rule=_gather_elements_type, reference=_gather_elements,
-            pattern=OpPattern.INJECTIVE, num_inputs=2)
+            pattern=OpPattern.INJECTIVE, num_inputs=2, index_bounds=_gather_elements_bounds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,7 +318,14 @@ def _gather_nd_type(arg_types, attrs: GatherNDAttrs) -> TensorType:
     return TensorType((*indices.shape[:-1], *data.shape[attrs.batch_dims + depth:]), data.dtype)
 
 
+def _gather_nd_bounds(arg_types, attrs: GatherNDAttrs) -> IndexBounds:
+    data, indices = arg_types[0], arg_types[1]
+    depth = indices.shape[-1]
+    return IndexBounds(1, tuple(data.shape[attrs.batch_dims:attrs.batch_dims + depth]), per_last_axis=True)
+
+
 def _gather_nd(x, indices, attrs):
+    _check_indices("gather_nd", _gather_nd_bounds, x, indices, attrs)
     batch = attrs.batch_dims
     batch_shape = x.shape[:batch]
     flat_x = x.reshape((-1, *x.shape[batch:]))
@@ -314,7 +341,7 @@ def _gather_nd(x, indices, attrs):
 
 
 register_op("gather_nd", attrs=GatherNDAttrs, type_rule=_gather_nd_type, reference=_gather_nd,
-            pattern=OpPattern.INJECTIVE, num_inputs=2)
+            pattern=OpPattern.INJECTIVE, num_inputs=2, index_bounds=_gather_nd_bounds)
 
 
 @dataclass(frozen=True, slots=True)
