@@ -70,7 +70,7 @@ def _cmd_targets(args) -> int:
         if not row["available"]:
             console.print(f"(*) {row['target']}: {row['unavailable_reason']}")
     if errors:
-        problems = Table(title="plugins that failed to load (skipped)")
+        problems = Table(title="plugins that failed to load or were disabled (skipped)")
         for column in ("plugin", "phase / field", "reason", "fix"):
             problems.add_column(column)
         for error in errors:

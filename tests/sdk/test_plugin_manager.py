@@ -160,3 +160,62 @@ def test_registry_accepts_explicit_entry_points(plugin_dir):
     eps = [ep for ep in metadata.entry_points(group="tensorkiln.plugins") if ep.name == "only_npu"]
     reg = PluginRegistry(entry_points=eps)
     assert reg.names() == ["only_npu"]
+
+
+# -- plugin isolation: vendor code never ends the process ------------------------------------
+
+def test_plugin_calling_sys_exit_at_import_is_reported_and_others_keep_working(plugin_dir):
+    # before: SystemExit is no Exception, so it went through the loader and ended the process
+    write_plugin(plugin_dir, "tkfake_exits", "exiting_npu", extra="import sys; sys.exit('vendor runtime missing')")
+    write_plugin(plugin_dir, "tkfake_fine", "fine_npu")
+    reg = PluginRegistry()
+    assert "fine_npu" in reg.names() and IN_TREE <= set(reg.names())
+    [error] = [e for e in reg.errors if "exiting_npu" in e.plugin]
+    assert error.phase == "import" and error.reason.endswith("raised SystemExit: vendor runtime missing")
+
+
+def test_plugin_calling_sys_exit_in_tensorkiln_targets_is_reported(plugin_dir):
+    write_plugin(plugin_dir, "tkfake_exits_late", "late_npu", plugin_code=(
+        "import sys\nfrom tensorkiln.sdk import hookimpl\n\n@hookimpl\ndef tensorkiln_targets():\n    sys.exit(4)\n"))
+    reg = PluginRegistry()
+    [error] = [e for e in reg.errors if "late_npu" in e.plugin]
+    assert (error.phase, error.reason) == ("targets", "tensorkiln_targets() raised SystemExit: 4")
+    assert IN_TREE <= set(reg.names())
+
+
+def test_a_hook_failing_after_load_disables_its_plugin_for_the_process(plugin_dir):
+    from tensorkiln.sdk.plugin_manager import PluginWarning
+
+    write_plugin(plugin_dir, "tkfake_flaky", "flaky_npu", extra=(
+        "import sys\nCALLS = []\n\n@hookimpl\ndef tensorkiln_supported_ops(target):\n"
+        "    CALLS.append(target.name)\n    sys.exit('no device')\n"))
+    reg = PluginRegistry()
+    assert "flaky_npu" in reg.names()
+    opencl = reg.target("opencl")
+    with pytest.warns(PluginWarning, match=r"plugin 'tkfake-flaky:flaky_npu' \(hook tensorkiln_supported_ops\): "
+                                           r"SystemExit: no device"):
+        tables = reg.call("tensorkiln_supported_ops", opencl)   # the other plugins' answers still come back
+    assert len(tables) == 1 and tables[0]   # opencl's own table
+    [error] = [e for e in reg.errors if e.plugin == "tkfake-flaky:flaky_npu"]
+    assert error.phase == "hook tensorkiln_supported_ops" and "disabled" in error.fix
+    with pytest.raises(TargetError, match=r"target 'flaky_npu' is unavailable: its plugin was disabled"):
+        reg.spec("flaky_npu")
+    reg.call("tensorkiln_supported_ops", opencl)
+    assert sys.modules["tkfake_flaky.plugin"].CALLS == ["opencl"]   # never called again
+    assert reg.target("cpu_llvm").name == "cpu_llvm"
+
+
+def test_tensorkiln_targets_lists_a_plugin_that_exits_at_import(plugin_dir):
+    import json
+    import os
+    import subprocess
+
+    write_plugin(plugin_dir, "tkfake_exits", "exiting_npu", extra="import sys; sys.exit(2)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plugin_dir), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-m", "tensorkiln.cli", "targets", "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert IN_TREE <= {row["target"] for row in report["targets"]}
+    [error] = [e for e in report["errors"] if "exiting_npu" in e["plugin"]]
+    assert error["phase"] == "import" and "SystemExit: 2" in error["reason"]

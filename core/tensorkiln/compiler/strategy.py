@@ -67,7 +67,12 @@ class StrategyChoice:
 def _rule_implementations(target) -> list[OpImplementation]:
     found = []
     for plugin_name, table in _per_plugin("tensorkiln_schedule_rules", target):
-        for key, rule in (table or {}).items():
+        if not isinstance(table, dict) or not all(callable(rule) for rule in table.values()):
+            registry().disable(plugin_name, "hook tensorkiln_schedule_rules",
+                               f"returned a {type(table).__name__}, not a dict of schedule rules "
+                               "({op name or tag: rule(outputs, target) -> Schedule})")
+            continue
+        for key, rule in table.items():
             found.append(OpImplementation(f"{plugin_name}:rule:{key}", (key,), _rule_schedule(rule),
                                           priority=RULE_PRIORITY, plugin=plugin_name))
     return found
@@ -82,20 +87,11 @@ def _rule_schedule(rule: Callable) -> Callable:
 def _per_plugin(hook_name: str, target) -> list[tuple[str, Any]]:
     """(plugin name, result) of every implementation of a per-target hook.
 
-    A plugin whose hook raises is named in a PluginError (plugin, hook, reason), so the
-    user sees which plugin broke the compile rather than a raw traceback.
+    A plugin whose hook raises does not break the compile: the registry disables it (a
+    PluginWarning and a PluginError in `registry().errors` name plugin, hook and reason)
+    and the other plugins' results are used.
     """
-    reg = registry()
-    results = []
-    for impl in getattr(reg.hooks.hook, hook_name).get_hookimpls():
-        try:
-            result = impl.function(target=target)
-        except Exception as error:  # noqa: BLE001 - any failure of third-party code is reported as its own
-            raise PluginError(impl.plugin_name, f"hook {hook_name}", f"{type(error).__name__}: {error}",
-                              "fix the plugin's hook, or uninstall the plugin") from error
-        if result:
-            results.append((impl.plugin_name, result))
-    return results
+    return registry().call_each(hook_name, target=target)
 
 
 def implementations_for(target) -> list[OpImplementation]:
@@ -111,15 +107,18 @@ def implementations_for(target) -> list[OpImplementation]:
         return cache[1]
     found: list[OpImplementation] = []
     for plugin_name, result in _per_plugin("tensorkiln_strategies", target):
+        wrong = [type(i).__name__ for i in result if not isinstance(i, OpImplementation)]
+        if wrong:   # unusable: the plugin is disabled like one whose hook raised
+            registry().disable(plugin_name, "hook tensorkiln_strategies",
+                               f"returned a {wrong[0]}, not an OpImplementation (return a list of "
+                               "tensorkiln.sdk.OpImplementation)")
+            continue
         for implementation in result:
-            if not isinstance(implementation, OpImplementation):
-                raise PluginError(plugin_name, "hook tensorkiln_strategies",
-                                  f"returned a {type(implementation).__name__}, not an OpImplementation",
-                                  "return a list of tensorkiln.sdk.OpImplementation")
             if not implementation.plugin:
                 object.__setattr__(implementation, "plugin", plugin_name)
             found.append(implementation)
     found.extend(_rule_implementations(target))
+    plugins = tuple(sorted(registry().hooks.get_plugins(), key=id))   # without any plugin disabled just now
     _CACHE[str(target)] = (plugins, found)
     return found
 

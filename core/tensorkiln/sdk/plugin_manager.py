@@ -10,6 +10,13 @@ plugin, recording a `PluginError` (plugin, phase or field, reason, fix):
 5. targets — call `tensorkiln_targets()` and check each TargetSpec against the manifest
 
 Two plugins claiming one target name (or alias) are both refused for that name.
+
+Vendor code never ends the process: any exception from a plugin's import or hooks,
+`SystemExit` included (everything but KeyboardInterrupt), is caught per plugin. At load
+the plugin is skipped; later, a hook that fails (`call`, `call_each`) disables its
+plugin for the process: a `PluginWarning` names plugin, hook and reason, the
+`PluginError` joins `errors` (listed by `tensorkiln targets`), its hooks are
+unregistered and its targets removed, and the other plugins' results are used.
 """
 from __future__ import annotations
 
@@ -19,6 +26,7 @@ import importlib
 import importlib.metadata as metadata
 import importlib.util
 import tomllib
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,22 +40,27 @@ from .hookspecs import PROJECT_NAME, TensorkilnHookSpecs
 from .manifest import PluginManifest
 from .target import Target, TargetSpec, parse_target_string
 
-__all__ = ["ENTRY_POINT_GROUP", "PluginRegistry", "LoadedPlugin", "registry", "reload_plugins",
+__all__ = ["ENTRY_POINT_GROUP", "PluginRegistry", "LoadedPlugin", "PluginWarning", "registry", "reload_plugins",
            "read_manifest", "validate_manifest"]
 
 ENTRY_POINT_GROUP = "tensorkiln.plugins"
 MANIFEST_FILE = "manifest.toml"
 
 
+class PluginWarning(UserWarning):
+    """A plugin misbehaved after loading (a hook raised) and is disabled for this process."""
+
+
 @dataclass
 class LoadedPlugin:
-    """A plugin that passed every phase."""
+    """A plugin that passed every phase; `hook_name` is its name in the pluggy manager."""
 
     entry_point: str
     distribution: str
     module: Any
     manifest: PluginManifest
     targets: list[TargetSpec] = field(default_factory=list)
+    hook_name: str = ""
 
 
 def validate_manifest(data: dict, plugin: str) -> PluginManifest:
@@ -103,6 +116,7 @@ class PluginRegistry:
         self.targets: dict[str, TargetSpec] = {}
         self._aliases: dict[str, str] = {}
         self._conflicts: dict[str, list[str]] = {}
+        self._disabled: dict[str, PluginError] = {}   # target name -> why its plugin was disabled
         if entry_points is None:
             entry_points = metadata.entry_points(group=ENTRY_POINT_GROUP)
         for ep in sorted(entry_points, key=lambda e: e.name):
@@ -124,7 +138,9 @@ class PluginRegistry:
                     "or a tensorkiln core inside the plugin's range")
             try:
                 module = ep.load()
-            except Exception as error:  # vendor code: any failure is reported, never fatal
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # vendor code, sys.exit included: reported, never fatal
                 raise PluginError(plugin, "import", f"importing {ep.value!r} raised {type(error).__name__}: {error}",
                                   "fix the plugin's import error (run `python -c 'import "
                                   f"{ep.module}'` to see the traceback)") from None
@@ -139,7 +155,7 @@ class PluginRegistry:
             self._unregister(hook_name)
             self.errors.append(error)
             return
-        self.plugins.append(LoadedPlugin(ep.value, distribution, module, manifest, targets))
+        self.plugins.append(LoadedPlugin(ep.value, distribution, module, manifest, targets, hook_name))
 
     def _unregister(self, name: str) -> None:
         module = self.hooks.get_plugin(name)
@@ -153,7 +169,9 @@ class PluginRegistry:
                               "add @hookimpl def tensorkiln_targets(): return [TargetSpec(...)]")
         try:
             specs = list(hook() or [])
-        except Exception as error:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as error:  # sys.exit included
             raise PluginError(plugin, "targets", f"tensorkiln_targets() raised {type(error).__name__}: {error}",
                               "make the hook return TargetSpec objects without side effects") from None
         checked = []
@@ -201,6 +219,9 @@ class PluginRegistry:
         if name in self._conflicts:
             raise TargetError(f"target {name!r} is ambiguous: claimed by {', '.join(self._conflicts[name])}; "
                               "uninstall one of these plugins")
+        if name in self._disabled:
+            raise TargetError(f"target {name!r} is unavailable: its plugin was disabled for this process after "
+                              f"{self._disabled[name]}")
         canonical = self._aliases.get(name, name)
         if canonical not in self.targets:
             installed = ", ".join(
@@ -217,15 +238,52 @@ class PluginRegistry:
         return Target.from_spec(self.spec(name), options)
 
     def call(self, hook_name: str, target: Target) -> list:
-        """Call a per-target hook on every plugin and flatten the results."""
-        results = getattr(self.hooks.hook, hook_name)(target=target)
+        """Call a per-target hook on every plugin and flatten the results (pluggy's order: the
+        plugin registered last first). A plugin whose hook fails is disabled and skipped."""
         flat: list = []
-        for result in results:
+        for _, result in reversed(self.call_each(hook_name, target=target)):
             if isinstance(result, dict):
                 flat.append(result)
-            elif result:
+            else:
                 flat.extend(result)
         return flat
+
+    def call_each(self, hook_name: str, **arguments: Any) -> list[tuple[str, Any]]:
+        """(plugin name, result) of each plugin's implementation of `hook_name` that returned
+        something, in registration order. Each gets the arguments it names (an implementation
+        may accept fewer). A hook that raises anything but KeyboardInterrupt disables its plugin
+        (see `disable`) and the others' results are returned."""
+        results = []
+        for impl in getattr(self.hooks.hook, hook_name).get_hookimpls():
+            try:
+                result = impl.function(*(arguments[name] for name in impl.argnames))
+            except KeyboardInterrupt:
+                raise
+            except BaseException as error:  # noqa: BLE001 - third-party code, sys.exit included
+                self.disable(impl.plugin_name, f"hook {hook_name}", f"{type(error).__name__}: {error}")
+                continue
+            if result:
+                results.append((impl.plugin_name, result))
+        return results
+
+    def disable(self, plugin_name: str, phase: str, reason: str) -> PluginError:
+        """Disable a plugin that misbehaved after loading, for the rest of the process: warn
+        (PluginWarning), record a PluginError in `errors`, unregister its hooks and remove its
+        targets. Returns the recorded error. Called by `call_each` and by the compiler when a
+        hook's result is unusable."""
+        error = PluginError(plugin_name, phase, reason,
+                            "fix the plugin or uninstall it; it is disabled until the process restarts")
+        self.errors.append(error)
+        warnings.warn(str(error), PluginWarning, stacklevel=3)
+        self._unregister(plugin_name)
+        for loaded in [p for p in self.plugins if p.hook_name == plugin_name]:
+            self.plugins.remove(loaded)
+            for spec in loaded.targets:
+                for name in (spec.name, *spec.manifest.plugin.aliases):
+                    self.targets.pop(name, None)
+                    self._aliases.pop(name, None)
+                    self._disabled[name] = error
+        return error
 
 
 _registry: PluginRegistry | None = None
