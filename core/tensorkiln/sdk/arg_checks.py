@@ -18,7 +18,7 @@ import numpy as np
 from ..ir.errors import RuntimeLaunchError
 from .codegen import KernelFunction, KernelSignature
 
-__all__ = ["WRITTEN_METADATA_KEY", "written_buffers", "written_params", "check_writable",
+__all__ = ["WRITTEN_METADATA_KEY", "written_buffers", "written_params", "written_positions", "check_writable",
            "WriteCheckedKernel"]
 
 WRITTEN_METADATA_KEY = "written"
@@ -52,15 +52,20 @@ def written_params(metadata: dict, kernel: str) -> frozenset[str] | None:
     return None
 
 
-def check_writable(signature: KernelSignature, written: frozenset[str] | None, args: Sequence[Any]) -> None:
-    """Raise RuntimeLaunchError when an argument the kernel writes is a read-only numpy array."""
-    if not written:
-        return
-    for index, (spec, value) in enumerate(zip(signature.params, args)):
-        if spec.name in written and isinstance(value, np.ndarray) and not value.flags.writeable:
+def written_positions(signature: KernelSignature, written: frozenset[str] | None) -> tuple[int, ...]:
+    """Positions of the parameters of `signature` named in `written` (computed once per kernel)."""
+    return tuple(i for i, spec in enumerate(signature.params) if written and spec.name in written)
+
+
+def check_writable(signature: KernelSignature, positions: Sequence[int], args: Sequence[Any]) -> None:
+    """Raise RuntimeLaunchError when an argument at one of `positions` (what the kernel writes,
+    see `written_positions`) is a read-only numpy array."""
+    for index in positions:
+        value = args[index] if index < len(args) else None
+        if isinstance(value, np.ndarray) and not value.flags.writeable:
             raise RuntimeLaunchError(
-                f"{signature.name}: argument {index} {spec.name!r} is written by the kernel, but the numpy array "
-                "is read-only (flags.writeable is False); pass a writable array, e.g. numpy.array(x)")
+                f"{signature.name}: argument {index} {signature.params[index].name!r} is written by the kernel, but "
+                "the numpy array is read-only (flags.writeable is False); pass a writable array, e.g. numpy.array(x)")
 
 
 class WriteCheckedKernel(KernelFunction):
@@ -71,9 +76,10 @@ class WriteCheckedKernel(KernelFunction):
         self.kernel = kernel
         self.signature = kernel.signature
         self.written = written
+        self._positions = written_positions(kernel.signature, written)
 
     def __call__(self, *args: Any) -> None:
-        check_writable(self.signature, self.written, args)
+        check_writable(self.signature, self._positions, args)
         self.kernel(*args)
 
     def __getattr__(self, name: str) -> Any:
