@@ -17,14 +17,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
-def pip_install(source: Path, site: Path) -> None:
+def pip_install(source: Path | list[Path], site: Path) -> None:
+    """Install one distribution source folder, or several in one pip call, into `site`."""
+    sources = source if isinstance(source, list) else [source]
     result = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-build-isolation",
-                             "--no-compile", "--disable-pip-version-check", "-q", "--target", str(site), str(source)],
-                            capture_output=True, text=True)
+                             "--no-compile", "--disable-pip-version-check", "-q", "--target", str(site),
+                             *map(str, sources)], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
-    shutil.rmtree(source / "build", ignore_errors=True)
-    for info in source.glob("*.egg-info"):
-        shutil.rmtree(info, ignore_errors=True)
+    for folder in sources:
+        shutil.rmtree(folder / "build", ignore_errors=True)
+        for info in folder.glob("*.egg-info"):
+            shutil.rmtree(info, ignore_errors=True)
 
 
 def environment(site: Path) -> dict:

@@ -90,3 +90,18 @@ def test_a_region_of_small_convs_between_channel_shuffles_stays_unconverted():
         y = graph.reshape(y, (1, 8, 8, 8))
     before = Module.from_expr(y)
     assert alter_layout(before, target=_fake_target("NHWC")) is before
+
+
+def test_check_preference_says_which_preferences_alter_layout_honours():
+    from tensorkiln.passes.alter_layout import check_preference, honoured_layouts
+
+    assert honoured_layouts()["nn.conv2d"] == {"data": ("NCHW", "NHWC"), "weight": ("OIHW", "HWIO", "OHWI")}
+    assert check_preference("nn.conv2d", "NHWC") == check_preference("nn.conv2d", "NHWC", "OHWI") == ""
+    assert check_preference("nn.conv2d", "NCHW") == ""
+    assert check_preference("nn.conv2d", "NCHW8c").startswith(
+        "alter_layout cannot convert nn.conv2d to data layout NCHW8c: it converts to NCHW, NHWC only")
+    assert "weight layout IOHW" in check_preference("nn.conv2d", "NHWC", "IOHW")
+    assert "the weight layout HWIO is applied only together with a converted data layout (NHWC)" in \
+        check_preference("nn.conv2d", "NCHW", "HWIO")
+    assert check_preference("nn.max_pool2d", "NHWC") == (
+        "alter_layout converts only nn.conv2d; a layout preference for nn.max_pool2d (NHWC) is never applied")

@@ -23,6 +23,16 @@ def _levels(values: list[str] | None) -> tuple[str, ...]:
     return tuple(level for level in LEVELS if level in levels)
 
 
+def _share(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a share between 0 and 1, e.g. 0.9") from None
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 1; e.g. 0.9 requires 90% of ops on the target")
+    return value
+
+
 def _console():
     from rich.console import Console
     return Console(width=None if sys.stdout.isatty() else 160)
@@ -34,12 +44,15 @@ def _cmd_conformance(args) -> int:
     from .runner import run_conformance
 
     options = KitOptions(shapes_per_op=args.shapes_per_op, dtypes=tuple(args.dtype) if args.dtype else None,
-                         ops=tuple(args.op) if args.op else None, seed=args.seed)
+                         ops=tuple(args.op) if args.op else None, seed=args.seed,
+                         min_target_share=args.min_target_share)
     console = _console()
 
     def progress(result) -> None:
         if args.verbose:
-            console.print(f"{result.outcome:8} {result.id} {result.first_line if result.outcome != 'passed' else ''}")
+            from rich.markup import escape
+            console.print(escape(f"{result.outcome:8} {result.id} "
+                                 f"{result.summary_line if result.outcome != 'passed' else ''}"))
 
     expected = None if args.update_expected else (args.expected or "auto")
     report = run_conformance(args.target, _levels(args.level), options, expected=expected, on_result=progress)
@@ -95,6 +108,9 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     conformance.add_argument("--dtype", action="append", help="only these dtypes in the ops level (repeatable)")
     conformance.add_argument("--op", action="append", help="only these ops in the ops level (repeatable)")
     conformance.add_argument("--seed", type=int, default=0)
+    conformance.add_argument("--min-target-share", type=_share, default=0.0, metavar="FRACTION",
+                             help="models level: fail a model when less than this share of its ops (0-1, e.g. 0.9) "
+                                  "runs on the target rather than a fallback; default 0 (report only)")
     conformance.add_argument("--show-skipped", action="store_true", help="list skipped checks and why")
     conformance.add_argument("-v", "--verbose", action="store_true", help="print each check as it finishes")
     conformance.set_defaults(run=_cmd_conformance)
@@ -104,7 +120,10 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     bisect = debug_commands.add_parser("bisect", help="find the first op whose results differ from the reference",
                                        description="Compile MODEL for --target and for the reference at opt level "
                                                    "0, run both on the same random inputs and name the first op "
-                                                   "whose outputs diverge beyond tolerance.")
+                                                   "whose outputs diverge beyond tolerance. Each op also runs on the "
+                                                   "reference's inputs, so every op that is wrong itself shows, "
+                                                   "not only the first; a step that raises is named with its error. "
+                                                   "Exit code 3 when an op diverges.")
     bisect.add_argument("model", help="path to an .onnx file")
     bisect.add_argument("--target", required=True, help="target string to check")
     bisect.add_argument("--reference", default="cpu_llvm", help="reference target (default cpu_llvm)")

@@ -7,7 +7,7 @@ import numpy as np
 
 from .catalogue import CheckFailure
 
-__all__ = ["errors", "assert_close", "tolerance_for"]
+__all__ = ["errors", "exceeds", "assert_close", "tolerance_for"]
 
 
 def tolerance_for(op: Any, dtype: str) -> tuple[float, float]:
@@ -23,16 +23,42 @@ def tolerance_for(op: Any, dtype: str) -> tuple[float, float]:
 
 
 def errors(actual: np.ndarray, expected: np.ndarray) -> tuple[float, float]:
-    """(max abs error, max rel error) ignoring positions where both are the same nan/inf."""
+    """(max abs error, max rel error) of `actual` against `expected`, without floating-point warnings.
+
+    Elements equal on both sides (the same inf, nan on both) count as 0; a nan or inf on
+    one side only is an abs error of inf. The relative error |a - e| / |e| is taken over
+    elements whose expected value is finite and nonzero, so an expected 0 (a relu's
+    output) never divides; when every differing element expects 0 or inf it is inf.
+    """
     a = np.asarray(actual).astype(np.float64)
     e = np.asarray(expected).astype(np.float64)
-    same = (a == e) | (np.isnan(a) & np.isnan(e))
-    diff = np.where(same, 0.0, np.abs(a - e))
-    diff = np.where(np.isnan(diff), np.inf, diff)
-    if diff.size == 0:
+    if a.size == 0:
         return 0.0, 0.0
-    rel = diff / np.maximum(np.abs(e), np.finfo(np.float64).tiny)
-    return float(diff.max()), float(np.where(diff == 0, 0.0, rel).max())
+    with np.errstate(over="ignore", invalid="ignore"):
+        same = (a == e) | (np.isnan(a) & np.isnan(e))
+        diff = np.where(same, 0.0, np.abs(a - e))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    max_abs = float(diff.max())
+    if max_abs == 0.0:
+        return 0.0, 0.0
+    measurable = np.isfinite(e) & (e != 0)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        rel = diff[measurable] / np.abs(e[measurable])
+    max_rel = float(rel.max()) if rel.size else 0.0
+    return max_abs, (max_rel if max_rel > 0.0 else float("inf"))
+
+
+def exceeds(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> np.ndarray:
+    """Boolean mask of elements beyond `atol + rtol * |expected|`; non-finite expected values must match
+    exactly (nan matches nan). Integers and bools compare exactly with rtol = atol = 0."""
+    a = np.asarray(actual).astype(np.float64)
+    e = np.asarray(expected).astype(np.float64)
+    finite = np.isfinite(e)
+    bad = np.zeros(e.shape, dtype=bool)
+    with np.errstate(over="ignore", invalid="ignore"):
+        bad[finite] = ~(np.abs(a[finite] - e[finite]) <= atol + rtol * np.abs(e[finite]))
+    bad[~finite] = ~((a[~finite] == e[~finite]) | (np.isnan(a[~finite]) & np.isnan(e[~finite])))
+    return bad
 
 
 def assert_close(actual: Any, expected: Any, rtol: float, atol: float, what: str = "output") -> None:
@@ -56,10 +82,7 @@ def assert_close(actual: Any, expected: Any, rtol: float, atol: float, what: str
                                    f"max abs error {max_abs:.3g}", max_abs_error=max_abs, max_rel_error=max_rel)
             continue
         g, w = got.astype(np.float64), want.astype(np.float64)
-        finite = np.isfinite(w)
-        bad = np.zeros(w.shape, dtype=bool)
-        bad[finite] = ~(np.abs(g[finite] - w[finite]) <= atol + rtol * np.abs(w[finite]))
-        bad[~finite] = ~((g[~finite] == w[~finite]) | (np.isnan(g[~finite]) & np.isnan(w[~finite])))
+        bad = exceeds(g, w, rtol, atol)
         if np.any(bad):
             max_abs, max_rel = errors(g, w)
             first = tuple(int(i) for i in np.argwhere(bad)[0])

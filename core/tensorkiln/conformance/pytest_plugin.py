@@ -1,7 +1,7 @@
 """conformance/pytest_plugin.py: the kit as pytest items.
 
     pytest --pyargs tensorkiln.conformance --tk-target opencl [--tk-level manifest,runtime]
-           [--tk-shapes-per-op 1] [--tk-dtype float32] [--tk-op add]
+           [--tk-shapes-per-op 1] [--tk-dtype float32] [--tk-op add] [--tk-min-target-share 0.9]
 
 The core distribution registers this module as a pytest plugin (entry point group
 `pytest11`), so the options exist wherever tensorkiln is installed.
@@ -27,6 +27,8 @@ def pytest_addoption(parser) -> None:
     group.addoption("--tk-shapes-per-op", action="store", type=int, default=3, help="shape variants per op (1-3)")
     group.addoption("--tk-dtype", action="append", default=None, help="only these dtypes in the ops level")
     group.addoption("--tk-op", action="append", default=None, help="only these ops in the ops level")
+    group.addoption("--tk-min-target-share", action="store", type=float, default=0.0, metavar="FRACTION",
+                    help="models level: fail a model when less than this share of its ops (0-1) runs on the target")
 
 
 def _kit(config):
@@ -40,8 +42,12 @@ def _kit(config):
     target = resolve_target(config.getoption("--tk-target"))
     levels = tuple(level.strip() for level in config.getoption("--tk-level").split(",") if level.strip())
     dtypes, ops = config.getoption("--tk-dtype"), config.getoption("--tk-op")
+    min_share = config.getoption("--tk-min-target-share")
+    if not 0.0 <= min_share <= 1.0:
+        raise pytest.UsageError(f"--tk-min-target-share {min_share} is not between 0 and 1 (e.g. 0.9)")
     options = KitOptions(shapes_per_op=config.getoption("--tk-shapes-per-op"),
-                         dtypes=tuple(dtypes) if dtypes else None, ops=tuple(ops) if ops else None)
+                         dtypes=tuple(dtypes) if dtypes else None, ops=tuple(ops) if ops else None,
+                         min_target_share=min_share)
     checks = catalogue(target, levels, options)
     if not target.spec.is_available:
         from .runner import _unavailable

@@ -6,8 +6,9 @@
 
 Outcomes: "passed", "failed", "skipped", "xfailed" (failed and listed in the
 plugin's expected-failure file), "xpassed" (listed there but passed). Failed
-checks carry their kind: compile, run, numeric (with max abs / rel error) or
-contract.
+checks carry their kind: compile, run, numeric (with max abs / rel error),
+contract or coverage. A check's facts (a model's share of ops on the target)
+are kept whether it passed or failed.
 """
 from __future__ import annotations
 
@@ -36,8 +37,9 @@ def run_check(check: Check, target: Any, expected: ExpectedFailures | None = Non
                            skip_reason=check.skip_reason)
     start = time.perf_counter()
     failure: CheckFailure | None = None
+    facts = None
     try:
-        check.run(target)
+        facts = check.run(target)
     except CheckFailure as error:
         failure = error
     except Exception as error:  # an exception outside a stage: the target broke a contract
@@ -47,14 +49,14 @@ def run_check(check: Check, target: Any, expected: ExpectedFailures | None = Non
     if failure is None:
         outcome = "xpassed" if reason is not None else "passed"
         return CheckResult(check.id, check.level, check.required, outcome, check.description, seconds=seconds,
-                           expected_reason=reason or "")
+                           expected_reason=reason or "", facts=dict(facts) if isinstance(facts, dict) else {})
     detail = ""
     if failure.__cause__ is not None:
         detail = "".join(traceback.format_exception(failure.__cause__))[-4000:]
     return CheckResult(check.id, check.level, check.required, "xfailed" if reason is not None else "failed",
                        check.description, kind=failure.kind, message=failure.message, seconds=seconds,
                        max_abs_error=failure.max_abs_error, max_rel_error=failure.max_rel_error, detail=detail,
-                       expected_reason=reason or "")
+                       expected_reason=reason or "", facts=dict(failure.facts or {}))
 
 
 def _unavailable(checks: list[Check], target: Any) -> list[Check]:

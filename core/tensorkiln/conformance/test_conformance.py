@@ -4,10 +4,12 @@ from __future__ import annotations
 import pytest
 
 
-def test_check(conformance_check, conformance_target):
+def test_check(conformance_check, conformance_target, record_property):
     from tensorkiln.conformance.runner import run_check
 
     result = run_check(conformance_check, conformance_target)
+    for name, value in result.facts.items():   # e.g. a model's target_share, in JUnit <properties>
+        record_property(name, value)
     if result.outcome == "failed":
         message = f"[{result.kind}] {result.message}"
         if result.max_abs_error is not None:

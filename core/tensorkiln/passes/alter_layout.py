@@ -22,7 +22,8 @@ a computed weight is left to fold_constants.
 
 Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), since those are
 what nn.conv2d's type rule and reference accept. A blocked preference such as
-NCHW8c is left unapplied (conv2d has no NCHWc compute yet).
+NCHW8c is left unapplied (conv2d has no NCHWc compute yet); `check_preference`
+says whether a preference is honoured, and the conformance kit reports one that is not.
 
 Conversion pays only where the convs' work dwarfs the transforms they need: a
 graph in which layout-sensitive ops (reshape / transpose channel shuffles) sit
@@ -44,7 +45,7 @@ from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType
 from .manager import register_pass
 
-__all__ = ["alter_layout", "layout_preferences", "DEFAULT_KERNEL_LAYOUTS"]
+__all__ = ["alter_layout", "layout_preferences", "check_preference", "honoured_layouts", "DEFAULT_KERNEL_LAYOUTS"]
 
 # The weight layout that goes with a data layout when the preference does not name one.
 DEFAULT_KERNEL_LAYOUTS = {"NCHW": "OIHW", "NHWC": "HWIO"}
@@ -64,14 +65,51 @@ def layout_preferences(target, config: dict | None = None) -> dict[str, tuple[st
     return found
 
 
+def honoured_layouts() -> dict[str, dict[str, tuple[str, ...]]]:
+    """{op name: {"data": data layouts, "weight": weight layouts}} that alter_layout can convert to.
+
+    Only nn.conv2d is converted, to the layouts its attributes accept:
+    `{"nn.conv2d": {"data": ("NCHW", "NHWC"), "weight": ("OIHW", "HWIO", "OHWI")}}`.
+    """
+    choices = get_op("nn.conv2d").attrs_type._choices
+    return {"nn.conv2d": {"data": tuple(choices["data_layout"]), "weight": tuple(choices["kernel_layout"])}}
+
+
+def check_preference(op: str, layout: str, weight_layout: str | None = None) -> str:
+    """"" when alter_layout honours the preference `layout` (and `weight_layout`) for `op`, else why not.
+
+    The conformance kit calls it for every preference a target states, since the pass
+    itself leaves an unhonoured preference unapplied without a word:
+
+        check_preference("nn.conv2d", "NHWC")    -> ""
+        check_preference("nn.conv2d", "NCHW8c")  -> "alter_layout cannot convert nn.conv2d to data layout ..."
+    """
+    honoured = honoured_layouts()
+    if op not in honoured:
+        return (f"alter_layout converts only {', '.join(sorted(honoured))}; a layout preference for {op} "
+                f"({layout}) is never applied")
+    data_layouts, weight_layouts = honoured[op]["data"], honoured[op]["weight"]
+    if layout not in data_layouts:
+        return (f"alter_layout cannot convert {op} to data layout {layout}: it converts to "
+                f"{', '.join(data_layouts)} only (blocked layouts such as NCHW8c have no compute yet)")
+    if layout == _ORIGINAL and weight_layout not in (None, DEFAULT_KERNEL_LAYOUTS[_ORIGINAL]):
+        return (f"alter_layout leaves {_ORIGINAL} {op} as it is: the weight layout {weight_layout} "
+                f"is applied only together with a converted data layout "
+                f"({', '.join(d for d in data_layouts if d != _ORIGINAL)})")
+    weight = weight_layout or DEFAULT_KERNEL_LAYOUTS.get(layout)
+    if weight not in weight_layouts:
+        return (f"alter_layout cannot give {op} ({layout}) the weight layout {weight}: it converts weights "
+                f"to {', '.join(weight_layouts)} only")
+    return ""
+
+
 @register_pass("alter_layout", opt_level=2)
 def alter_layout(mod: Module, target=None, config: dict | None = None) -> Module:
     """Convert nn.conv2d to the target's preferred layout, transforming data only at region boundaries."""
     data_layout, kernel_layout = layout_preferences(target, config).get("nn.conv2d", (_ORIGINAL, None))
     kernel_layout = kernel_layout or DEFAULT_KERNEL_LAYOUTS.get(data_layout)
-    choices = get_op("nn.conv2d").attrs_type._choices
-    if (data_layout == _ORIGINAL or data_layout not in choices["data_layout"]
-            or kernel_layout not in choices["kernel_layout"]):
+    # An unhonoured preference is left unapplied here; the conformance kit reports it (check_preference).
+    if data_layout == _ORIGINAL or check_preference("nn.conv2d", data_layout, kernel_layout):
         return mod
     main = _convert(mod.main, data_layout, kernel_layout)
     requested = "nn.conv2d" in (config or {})   # asked for by the user: converted whatever it costs

@@ -2,11 +2,18 @@
 
 For each intrinsic `tensorkiln.intrinsics(target)` returns, the kit builds a
 *matching compute*: the description's body over a larger iteration space (each
-data axis `reps` tiles long, symbolic extents bound to concrete values), with new
+data axis several tiles long, symbolic extents bound to concrete values), with new
 placeholders sized from the description's index expressions. It splits every
 axis by the tile, tensorizes the inner tile, builds the kernel for the target and
 compares with the same compute evaluated in numpy (lowered without tensorize and
 run by `tensorkiln.tir.interpret`).
+
+Every shape variant, the first included (`--shapes-per-op 1`), exercises the
+calling convention in full: data axes span several tiles, so row strides differ
+from the tile's width, and the reduction (symbolic K or not) spans several tiles,
+so the intrinsic is called with accumulate=0 for the first and accumulate=1 for
+the others. The output starts filled with random values, so a kernel that always
+accumulates fails as surely as one that never does.
 """
 from __future__ import annotations
 
@@ -20,7 +27,11 @@ from ..compare import assert_close
 __all__ = ["checks", "matching_compute"]
 
 _SYMBOLIC_VALUES = (4, 7, 16)
-_REPS = ((1, 1, 1, 1), (2, 1, 2, 1), (1, 3, 1, 2))
+# Tiles along each data axis, per shape variant: never one along the first two axes, so a 2-D
+# output's row stride is always a multiple (>1) of the tile's width.
+_REPS = ((2, 3, 2, 2), (3, 2, 1, 3), (2, 4, 3, 1))
+# Tiles along each reduce axis, per shape variant: the reduction is always split.
+_REDUCE_REPS = (2, 3, 2)
 
 
 def _int_value(extent: Any, bindings: dict) -> int:
@@ -49,9 +60,8 @@ def matching_compute(intrin: Any, variant: int) -> dict:
     reps = _REPS[variant % len(_REPS)]
     data_tiles = [_int_value(a.dom.extent, bindings) for a in desc.axis]
     reduce_tiles = [_int_value(r.dom.extent, bindings) for r in desc.reduce_axis]
-    symbolic_reduce = [_is_symbolic(r.dom.extent) for r in desc.reduce_axis]
     data_extents = [t * reps[d % len(reps)] for d, t in enumerate(data_tiles)]
-    reduce_extents = [t * (1 if sym else 1 + (variant % 2)) for t, sym in zip(reduce_tiles, symbolic_reduce)]
+    reduce_extents = [t * _REDUCE_REPS[variant % len(_REDUCE_REPS)] for t in reduce_tiles]
     new_reduce = [te.reduce_axis((0, e), name=f"r{i}") for i, e in enumerate(reduce_extents)]
     placeholders: dict[int, Any] = {}
     state: dict[str, Any] = {}
@@ -104,11 +114,6 @@ def matching_compute(intrin: Any, variant: int) -> dict:
     return state
 
 
-def _is_symbolic(extent: Any) -> bool:
-    from ...tir.arith import as_int
-    return as_int(extent) is None
-
-
 def _tensorized_schedule(parts: dict, intrin: Any):
     from ... import te
 
@@ -144,6 +149,17 @@ def _np(dtype: str):
     return to_numpy(dtype)
 
 
+def _layout_text(parts: dict) -> str:
+    """How the matching compute exercises the calling convention, for failure messages."""
+    output = parts["output"]
+    tiles = [int(e) // t for e, t in zip(output.shape, parts["data_tiles"])]
+    text = f"{'x'.join(map(str, tiles))} output tiles of {'x'.join(map(str, parts['data_tiles']))}"
+    reduce = [int(r.dom.extent) // t for r, t in zip(output.op.reduce_axis, parts["reduce_tiles"])]
+    if reduce:
+        text += f", reduction in {'x'.join(map(str, reduce))} tiles (calls with accumulate=1)"
+    return text
+
+
 def _check(intrin_name: str, variant: int, seed: int):
     def run(target: Any) -> None:
         import tensorkiln as tk
@@ -157,7 +173,8 @@ def _check(intrin_name: str, variant: int, seed: int):
         rng = np.random.default_rng(seed + variant)
         arrays = [random_array(tuple(t.shape), t.dtype, rng) for t in parts["inputs"]]
         expected = _expected(parts, arrays)
-        out = np.zeros_like(expected)
+        # Not zeros: a kernel that adds into the output even when accumulate=0 must show.
+        out = random_array(expected.shape, parts["output"].dtype, rng).astype(expected.dtype)
         implementation = intrin.implementations.get(target.name)
         symbol = getattr(implementation, "symbol", None)
         source = module.artifact.source or ""
@@ -168,7 +185,7 @@ def _check(intrin_name: str, variant: int, seed: int):
         reduce_size = int(np.prod([r.dom.extent for r in parts["output"].op.reduce_axis] or [1]))
         rtol = 1e-5 * max(1, reduce_size) ** 0.5 * 10
         assert_close(out, expected, rtol, rtol, what=f"{intrin_name} tensorized at {tuple(parts['output'].shape)} "
-                     f"(extents {parts['bindings']})")
+                     f"(extents {parts['bindings']}; {_layout_text(parts)})")
     return run
 
 

@@ -1,7 +1,11 @@
 """conformance/levels/manifest.py: the plugin's static declarations validate and agree with its code.
 
-No kernel is compiled here; every check reads the manifest file, the TargetSpec
-and what the plugin's hooks return, and compares them with the core's registries.
+No kernel runs here; the checks read the manifest file, the TargetSpec, the
+installed distribution's metadata and what the plugin's hooks return, and
+compare them with the core's registries. Two go one step further: the emitter
+is asked to emit (not build or run) a tiny kernel of each claimed dtype, and
+each claimed op is type-checked on the kit's cases to see that some claimed
+dtype gives it results of claimed dtypes too (argmax returns int64).
 """
 from __future__ import annotations
 
@@ -171,6 +175,14 @@ def _intrinsics_declared(target: Any) -> None:
             continue
         if intrin.output.dtype not in decl.dtypes:
             problems.append(f"{intrin.name!r} computes {intrin.output.dtype} but declares dtypes {list(decl.dtypes)}")
+        undeclared = sorted({t.dtype for t in intrin.inputs} - set(decl.dtypes))
+        if undeclared:
+            inputs = ", ".join(f"{t.name} {t.dtype}" for t in intrin.inputs)
+            problems.append(f"{intrin.name!r} reads {undeclared} (inputs {inputs}) but declares dtypes "
+                            f"{list(decl.dtypes)}")
+        tile_problem = _tile_disagreement(intrin, decl)
+        if tile_problem:
+            problems.append(tile_problem)
         extra = [d for d in decl.dtypes if d not in target.capabilities.dtypes]
         if extra:
             problems.append(f"{intrin.name!r} declares dtypes {extra} the target does not claim")
@@ -179,6 +191,137 @@ def _intrinsics_declared(target: Any) -> None:
                             f"(has {sorted(intrin.implementations)})")
     if problems:
         _fail("; ".join(problems))
+
+
+def _tile_disagreement(intrin: Any, decl: Any) -> str:
+    """"" when the manifest's `tile` (extents in declaration order) matches the description's
+    output shape (then its reduce extents, when the tile names more axes), else the disagreement."""
+    from ...tir.arith import as_int
+
+    if not decl.tile:
+        return ""
+    extents = [*intrin.output.shape, *(r.dom.extent for r in intrin.op.reduce_axis)]
+    described = [as_int(e) for e in extents[:len(decl.tile)]]
+    if len(decl.tile) not in (len(intrin.output.shape), len(extents)) or list(decl.tile.values()) != described:
+        shape = "x".join(str(as_int(e) if as_int(e) is not None else e) for e in intrin.output.shape)
+        tile = ", ".join(f"{k} = {v}" for k, v in decl.tile.items())
+        return (f"{intrin.name!r} declares tile {{{tile}}} but its te description computes a {shape} output "
+                f"tile ({intrin.output.name}{list(intrin.output.shape)}); make [[intrinsics]] tile list the "
+                "output extents in order")
+    return ""
+
+
+def _version(target: Any) -> None:
+    from importlib import metadata
+
+    declared = target.manifest.plugin.version
+    distribution = target.spec.distribution
+    try:
+        installed = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        _fail(f"no installed distribution {distribution!r} to compare the manifest version {declared} with")
+    if not _same_version(declared, installed):
+        _fail(f"manifest.toml says version = {declared!r} but the installed distribution {distribution!r} is "
+              f"version {installed!r}; keep [plugin] version and pyproject's [project] version equal")
+
+
+def _same_version(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(a) == Version(b)
+    except InvalidVersion:
+        return a == b
+
+
+def _tiny_kernel(dtype: str):
+    """B[i] = A[i] + A[i] (a copy for bool), lowered for any target: what the emitter must handle."""
+    from ... import te
+
+    a = te.placeholder((8,), dtype, name="A")
+    b = te.compute((8,), (lambda i: a[i]) if dtype == "bool" else (lambda i: a[i] + a[i]), name="B")
+    return te.lower(te.create_schedule(b.op), [a, b], name=f"conformance_{dtype}")
+
+
+def _dtypes_emit(target: Any) -> None:
+    emitter = target.spec.emitter
+    problems = []
+    for dtype in target.capabilities.dtypes:
+        try:
+            emitter.emit([_tiny_kernel(dtype)], target)
+        except Exception as error:  # the plugin's emitter: any exception is the finding
+            first = (str(error).strip().splitlines() or [""])[0]
+            problems.append(f"{dtype} ({type(error).__name__}: {first})")
+    if problems:
+        _fail(f"[capabilities] dtypes claims dtypes the emitter {type(emitter).__name__} cannot emit "
+              f"(B[i] = A[i] + A[i]): {'; '.join(problems)}; drop them from the manifest or teach the emitter")
+
+
+def _result_dtypes(call: Any) -> set[str]:
+    from ...graph.types import TensorType, TupleType
+
+    t = call.checked_type
+    return {f.dtype for f in (t.fields if isinstance(t, TupleType) else (t,)) if isinstance(f, TensorType)}
+
+
+def _op_dtypes(target: Any) -> None:
+    """Each claimed op has a claimed dtype at which its result dtypes are claimed too (argmax: int64).
+
+    Judged on the kit's cases (op_cases.py); ops whose result dtype is an attribute (cast,
+    shape_of) are the caller's choice and are not judged.
+    """
+    import dataclasses
+
+    import numpy as np
+
+    from ...graph.registry import list_ops
+    from ...ir.errors import TensorkilnError
+    from ..op_cases import case_for, kind_of
+    from .ops import build_one_op_module
+
+    claimed = set(target.capabilities.dtypes)
+    problems = []
+    for op in list_ops():
+        case = case_for(op.name)
+        if case is None or not target.manifest.ops.claims(op.name):
+            continue
+        if dataclasses.is_dataclass(op.attrs_type) and "dtype" in {f.name for f in dataclasses.fields(op.attrs_type)}:
+            continue
+        needs: list[tuple[str, list[str]]] = []
+        for dtype in target.capabilities.dtypes:
+            if kind_of(dtype) not in case.kinds:
+                continue
+            instance = case.make(dtype, 0, np.random.default_rng(0))
+            try:
+                call = build_one_op_module(op.name, instance).main.body
+            except (TensorkilnError, TypeError, ValueError):
+                continue  # the op's type rule rejects this dtype: not a claim about it
+            missing = sorted(_result_dtypes(call) - claimed)
+            if not missing:
+                break
+            needs.append((dtype, missing))
+        else:
+            if needs:
+                dtype, missing = needs[0]
+                problems.append(f"{op.name} returns {', '.join(missing)} (from {dtype})")
+    if problems:
+        _fail(f"claimed ops return dtypes the target does not claim, so they can never run on it: "
+              f"{'; '.join(problems)}; add the dtypes to [capabilities] dtypes or list the ops under "
+              "[ops] unsupported")
+
+
+def _layouts(target: Any) -> None:
+    from ...passes.alter_layout import check_preference, layout_preferences
+
+    problems = []
+    for op_name, (layout, weight_layout) in layout_preferences(target).items():
+        reason = check_preference(op_name, layout, weight_layout)
+        if reason:
+            problems.append(f"{op_name} {layout}{' / ' + weight_layout if weight_layout else ''}: {reason}")
+        elif not target.manifest.ops.claims(op_name):
+            problems.append(f"{op_name} {layout}: the target prefers a layout for an op it does not claim")
+    if problems:
+        _fail(f"layout preferences the core does not honour: {'; '.join(problems)}")
 
 
 def _tensorize_claim(target: Any) -> None:
@@ -207,15 +350,21 @@ def checks(target: Any, options: KitOptions) -> list[Check]:
         ("schedule_rules", "tensorkiln_schedule_rules name registered ops or anchor tags", _schedule_rules, True),
         ("strategies", "tensorkiln_strategies return OpImplementations keyed by registered ops, anchor tags or "
          "'injective'", _strategies, True),
-        ("intrinsics_declared", "declared intrinsics match the registered ones (names, dtypes, implementation)",
-         _intrinsics_declared, True),
+        ("intrinsics_declared", "declared intrinsics match the registered ones (names, tile, input and output "
+         "dtypes, implementation)", _intrinsics_declared, True),
+        ("version", "the manifest's version is the installed distribution's", _version, True),
+        ("dtypes_emit", "the emitter emits a tiny kernel of each claimed dtype", _dtypes_emit, True),
+        ("op_dtypes", "each claimed op has a claimed dtype at which the dtypes of its results are claimed too",
+         _op_dtypes, True),
+        ("layouts", "every layout preference (manifest, hooks) is one alter_layout honours, for a claimed op",
+         _layouts, True),
         ("options", "target option defaults have their declared types and choices", _options_defaults, True),
     ]
     found = [Check(f"manifest/{name}", "manifest", required, text, fn) for name, text, fn, required in table]
     if not target.manifest.plugin.available:
         reason = f"the manifest says available = false: {target.manifest.plugin.unavailable_reason}"
-        found = [Check(c.id, c.level, c.required, c.description, skip_reason=reason) if c.id == "manifest/available"
-                 else c for c in found]
+        found = [Check(c.id, c.level, c.required, c.description, skip_reason=reason)
+                 if c.id in ("manifest/available", "manifest/dtypes_emit") else c for c in found]
     if "tensorize" in target.capabilities.schedule_primitives:
         found.append(Check("manifest/tensorize_claim", "manifest", True, "'tensorize' comes with registered intrinsics",
                            _tensorize_claim))
