@@ -27,7 +27,7 @@ from .simplify_inference import simplify_inference
 # - eliminate_dead_code after folding (folded split/tuple fields leave TupleGetItem chains),
 #   then eliminate_common_subexpr: constants are canonical values by then, so equal
 #   subgraphs built from equal weights merge.
-# - alter_layout (opt level 3, target-aware) near the end: it sees the final op mix and
+# - alter_layout (opt level 2, target-aware) near the end: it sees the final op mix and
 #   inserts transforms only at region boundaries; cancel_layout_transforms then merges
 #   chains, and fold_constants folds transforms of constant weights.
 # fuse_ops is not listed: the compiler runs it after placement (a group never mixes targets).
