@@ -138,7 +138,7 @@ for _name, _domain in {
     _register(_name, FLOAT, _unary(_domain))
 _register(("abs", "negative", "sign", "copy"), NUMERIC, _unary())
 _register("logical_not", BOOL, _unary())
-_register("bitwise_not", INT + BOOL, _unary())
+_register("bitwise_not", INT, _unary())    # the op's type rule refuses bool (logical_not is its bool twin)
 _register(("nn.relu", "nn.gelu", "nn.mish", "nn.softplus", "nn.softsign", "nn.hard_swish", "nn.selu"), FLOAT, _unary())
 _register("nn.celu", FLOAT, _unary(alpha=0.7))
 _register("nn.elu", FLOAT, _unary(alpha=0.8))
@@ -170,9 +170,9 @@ def _where(dtype, variant, rng):
 
 
 _register("where", ANY, _where)
-_register("nn.prelu", FLOAT, _fixed(shapes=((("x", (1, 3, 4, 4), "any"), ("alpha", (3,), "positive")),
-                                            (("x", (2, 2, 3), "any"), ("alpha", (2,), "positive")),
-                                            (("x", (1, 4, 2, 5), "any"), ("alpha", (4,), "positive")))))
+_register("nn.prelu", FLOAT, _fixed(shapes=((("x", (1, 3, 4, 4), "any"), ("alpha", (3, 1, 1), "positive")),
+                                            (("x", (2, 2, 3), "any"), ("alpha", (3,), "positive")),
+                                            (("x", (1, 4, 2, 5), "any"), ("alpha", (4, 1, 1), "positive")))))
 _register("nn.bias_add", NUMERIC, _fixed(shapes=((("x", (2, 3, 4), "any"), ("bias", (3,), "any")),
                                                  (("x", (1, 4, 2, 2), "any"), ("bias", (4,), "any")),
                                                  (("x", (5, 6), "any"), ("bias", (6,), "any")))))
@@ -212,7 +212,7 @@ _register("squeeze", ANY, _fixed(("x", (1, 3, 1, 2), "any"), variants=({"axis": 
 _register("expand_dims", ANY, _fixed(("x", (3, 4), "any"), variants=(
     {"axis": 0}, {"axis": 1, "num_newaxis": 2}, {"axis": 2})))
 _register("reverse", ANY, _fixed(("x", (3, 4), "any"), variants=({"axis": (0,)}, {"axis": (1,)}, {"axis": (0, 1)})))
-_register("tile", ANY, _fixed(("x", (2, 3), "any"), variants=({"reps": (2, 1)}, {"reps": (1, 3)}, {"reps": (2, 2, 1)})))
+_register("tile", ANY, _fixed(("x", (2, 3), "any"), variants=({"reps": (2, 1)}, {"reps": (1, 3)}, {"reps": (3, 2)})))
 _register("broadcast_to", ANY, _fixed(("x", (3, 1), "any"), variants=(
     {"shape": (2, 3, 4)}, {"shape": (3, 5)}, {"shape": (1, 3, 2)})))
 _register("strided_slice", ANY, _fixed(("x", (5, 6), "any"), variants=(
@@ -277,7 +277,9 @@ _register("nn.layer_norm", FLOAT, _fixed(("x", (2, 3, 4), "any"), ("gamma", (4,)
                                          variants=({}, {"epsilon": 1e-3}, {})))
 _register("nn.lrn", FLOAT, _fixed(("x", (1, 4, 3, 3), "any"), variants=({"size": 3}, {"size": 5}, {"size": 1})))
 _register("image.resize", FLOAT, _fixed(("x", (1, 2, 4, 4), "any"), variants=(
-    {"size": (8, 8)}, {"size": (6, 5), "method": "linear"}, {"size": (2, 3)})))
+    {"size": (1, 2, 8, 8), "scales": (1.0, 1.0, 2.0, 2.0)},
+    {"size": (1, 2, 6, 5), "scales": (1.0, 1.0, 1.5, 1.25), "method": "linear"},
+    {"size": (1, 2, 2, 3), "scales": (1.0, 1.0, 0.5, 0.75)})))
 
 
 def case_for(op_name: str) -> OpCase | None:
