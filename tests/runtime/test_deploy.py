@@ -76,3 +76,18 @@ def test_deploy_load_checks_the_signature_and_threads_share_nothing(exported, tm
         np.testing.assert_allclose(result, lib(x), rtol=1e-5, atol=1e-6)
     with pytest.raises(ArtifactError, match="no valid signature"):
         deploy.load(signed, key=b"other")
+
+
+def test_an_exported_library_refuses_a_read_only_output(exported, tmp_path):
+    """Kernels of a library loaded with ctypes check written buffers too (sdk/native.py)."""
+    from tensorkiln import te
+    a = te.placeholder((8,), name="A")
+    b = te.compute((8,), lambda i: a[i] * 2.0, name="B")
+    f = tk.build(te.create_schedule(b.op), [a, b], target="cpu_llvm", name="double")
+    f.export_library(str(tmp_path / "double.so"))
+    loaded = tk.runtime.load_module(str(tmp_path / "double.so"))
+    out = np.zeros(8, np.float32)
+    out.flags.writeable = False
+    with pytest.raises(Exception, match="read-only|writeable|writable"):
+        loaded(np.ones(8, np.float32), out)
+    assert not out.any()

@@ -5,6 +5,11 @@
     lib.set_input("input", x); lib.run(); lib.get_output(0)
     lib.summary()                     # what the compiler did
     lib.export("model.tkpkg"); tk.runtime.load("model.tkpkg")
+
+`lib(x)` and `lib.run({...})` are safe to call from many threads at once (each call runs
+on an execution state of its own) and each call passes every input. The stateful API
+(`set_input`, `run()`, `get_output`) keeps one state between calls: use it from one
+thread at a time.
 """
 from __future__ import annotations
 

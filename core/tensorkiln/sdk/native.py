@@ -48,6 +48,7 @@ import numpy as np
 
 from ..ir.dtypes import dtype_of, to_numpy, to_python
 from ..ir.errors import ArtifactError, RuntimeLaunchError
+from .arg_checks import WriteCheckedKernel, written_params
 from .codegen import Artifact, KernelFunction, KernelSignature, LoadedModule, ParamSpec
 
 __all__ = [
@@ -329,7 +330,9 @@ class NativeModule(LoadedModule):
             address = self._lookup(symbol)
             if not address:
                 raise ArtifactError(f"kernel {name!r}: symbol {symbol!r} is missing from the loaded code")
-            self._functions[name] = NativeKernel(signature, address, self._owner)
+            # refuses a read-only array for a buffer the kernel writes (JIT modules and exported libraries)
+            self._functions[name] = WriteCheckedKernel(NativeKernel(signature, address, self._owner),
+                                                       written_params(self.artifact.metadata, name))
         return self._functions[name]
 
     def set_num_threads(self, count: int) -> None:

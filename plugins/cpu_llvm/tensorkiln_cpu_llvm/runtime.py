@@ -20,7 +20,6 @@ import llvmlite.binding as llvm
 
 from tensorkiln.ir.errors import ArtifactError, CompileError
 from tensorkiln.sdk import Artifact, RuntimeLoader, check_elf
-from tensorkiln.sdk.arg_checks import WriteCheckedKernel, written_params
 from tensorkiln.sdk.native import NativeModule
 
 from .host import machine_config, new_target_machine, target_machine
@@ -81,17 +80,8 @@ class JITModule(NativeModule):
         def lookup(symbol: str) -> int:
             return engine.get_global_value_address(symbol) or engine.get_function_address(symbol)
         super().__init__(artifact, lookup, engine)
-        self._checked: dict[str, WriteCheckedKernel] = {}
         self.engine = engine
         self.target = target
-
-    def get_function(self, name: str) -> WriteCheckedKernel:
-        """The packed kernel `name`, refusing read-only arrays for the buffers it writes."""
-        # TODO(#12): once NativeModule checks written buffers itself (exported libraries too), this goes
-        if name not in self._checked:
-            self._checked[name] = WriteCheckedKernel(super().get_function(name),
-                                                     written_params(self.artifact.metadata, name))
-        return self._checked[name]
 
     def render_source(self, fmt: str) -> str | None:
         """The assembly of the artifact's optimized IR ("asm"), made on request (not at compile time)."""
