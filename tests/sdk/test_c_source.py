@@ -361,3 +361,19 @@ def test_help_names_every_override_point():
     assert len(points) > 30
     missing = [name for name in points if f"`{name}`" not in documented]
     assert not missing, f"add these to the CSourceEmitter class docstring: {missing}"
+
+
+@needs_cc
+def test_float_min_max_propagate_nan_like_numpy(tmp_path):
+    n = 6
+    A, B, C, D = (_buffer(name, (n,), "float32") for name in "ABCD")
+    i = tir.Var("i")
+    body = tir.SeqStmt((tir.Store(C, tir.Max(tir.Load(A, i), tir.Load(B, i)), i),
+                        tir.Store(D, tir.Min(tir.Load(A, i), tir.Load(B, i)), i)))
+    func = tir.PrimFunc("nan_min_max", (A, B, C, D), _loop(i, n, body))
+    a = np.array([1, np.nan, 3, np.nan, -1, 2], "float32")
+    b = np.array([2, 0, np.nan, np.nan, -2, 2], "float32")
+    c, d = np.zeros(n, "float32"), np.zeros(n, "float32")
+    _compile_and_run(tmp_path, func, a, b, c, d)
+    np.testing.assert_array_equal(c, np.maximum(a, b))
+    np.testing.assert_array_equal(d, np.minimum(a, b))

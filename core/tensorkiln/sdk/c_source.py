@@ -235,9 +235,10 @@ class CSourceEmitter(Emitter):
         "sigmoid": "(1.0{f} / (1.0{f} + exp{f}(-({0}))))",
         "isnan": "isnan({0})", "isinf": "isinf({0})",
     }
-    # Min/Max per element kind; None -> a helper function of the base.
+    # Min/Max per element kind; None -> a helper function of the base, which propagates NaN like
+    # numpy's minimum/maximum (C's fmin/fmax return the other operand instead).
     min_max_functions: dict[str, tuple[str, str] | None] = {
-        "float": ("fmin{f}", "fmax{f}"), "int": None, "uint": None, "bool": None,
+        "float": None, "int": None, "uint": None, "bool": None,
     }
 
     # --- methods a dialect may override ------------------------------------------------------
@@ -884,8 +885,9 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
             body = {
                 "floordiv": f"{t} q = a / b; {t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? q - 1 : q;",
                 "floormod": f"{t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;",
-                "min": "return a < b ? a : b;",
-                "max": "return a > b ? a : b;",
+                # floats: a != a holds only for NaN, so a NaN on either side is the result (numpy's rule)
+                "min": "return (a < b || a != a) ? a : b;" if dtype_of(element).is_float else "return a < b ? a : b;",
+                "max": "return (a > b || a != a) ? a : b;" if dtype_of(element).is_float else "return a > b ? a : b;",
             }[op]
             self.module.helpers[name] = f"{prefix} {t} {name}({t} a, {t} b) {{ {body} }}"
         return name
