@@ -164,3 +164,93 @@ def test_initializers_become_constants_and_gemm_folds_transpose():
     np.testing.assert_allclose(dense.args[1].value, w.T)
     x = np.random.rand(2, 4).astype(np.float32)
     np.testing.assert_allclose(graph.evaluate(mod, {"x": x}), 2 * x @ w, rtol=1e-6)
+
+
+# -- corrupt and oversized models: every one a TensorkilnError naming the field, never a raw exception --
+
+@pytest.mark.parametrize("data", [b"", b"\x08\x07\x12\xff\xff\xff\xff\x0f", b"garbage" * 10],
+                         ids=["empty", "corrupt_varint", "text"])
+def test_garbage_bytes_raise_frontend_error(data):
+    with pytest.raises(FrontendError, match="ONNX model"):
+        from_onnx(data)
+
+
+def test_an_object_that_is_not_a_model_raises_frontend_error():
+    with pytest.raises(FrontendError, match="cannot import an object of type int"):
+        from_onnx(5)
+
+
+def test_missing_initializer_names_the_node_and_value():
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"], name="add_w")], [_info("x", [2])], [_info("y", [2])])
+    with pytest.raises(FrontendError, match=r"ONNX node 'add_w' \(Add\) reads 'w', which no node, initializer"):
+        from_onnx(model)
+
+
+def test_initializer_with_too_little_data_is_a_frontend_error():
+    w = onnx.TensorProto(name="w", data_type=TensorProto.FLOAT, dims=[5, 5], float_data=[1.0])
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])], [_info("x", [5, 5])], [_info("y", [5, 5])], [w])
+    with pytest.raises(FrontendError, match="tensor name: w.*too small for the declared shape"):
+        from_onnx(model)
+
+
+def test_a_graph_without_nodes_or_outputs_is_a_frontend_error():
+    with pytest.raises(FrontendError, match="has no graph"):
+        from_onnx(_model([], [], []))
+
+
+def test_a_graph_that_returns_its_input_imports():
+    mod = from_onnx(_model([], [_info("x", [2, 3])], [_info("x", [2, 3])]))
+    assert mod.main.body.checked_type.shape == (2, 3)
+
+
+def test_a_long_chain_imports_without_recursion_error():
+    count = 3000
+    nodes = [helper.make_node("Relu", ["x" if i == 0 else f"t{i - 1}"], [f"t{i}" if i < count - 1 else "y"])
+             for i in range(count)]
+    mod = from_onnx(_model(nodes, [_info("x", [2])], [_info("y", [2])]))
+    assert mod.main.body.checked_type.shape == (2,)
+
+
+def test_a_huge_graph_input_fails_before_any_allocation():
+    from tensorkiln.ir.errors import MemoryLimitError
+    model = _model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", [10**6, 10**6])],
+                   [_info("y", [10**6, 10**6])])
+    with pytest.raises(MemoryLimitError, match=r"graph input 'x' has shape \(1000000, 1000000\) \(float32\): "
+                                               r"1000000000000 elements, 4000000000000 bytes .*memory limit"):
+        from_onnx(model)
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Range", "Expand"])
+def test_a_huge_folded_tensor_fails_before_it_is_allocated(op):
+    from tensorkiln.ir.errors import MemoryLimitError
+    big = 10**12
+    if op == "ConstantOfShape":
+        nodes = [helper.make_node(op, ["s"], ["y"], name="big")]
+        inits = [numpy_helper.from_array(np.array([big], np.int64), "s")]
+    elif op == "Range":
+        nodes = [helper.make_node(op, ["a", "b", "c"], ["y"], name="big")]
+        inits = [numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("a", 0), ("b", big), ("c", 1))]
+    else:
+        nodes = [helper.make_node(op, ["a", "s"], ["y"], name="big")]
+        inits = [numpy_helper.from_array(np.ones(1, np.float32), "a"),
+                 numpy_helper.from_array(np.array([big], np.int64), "s")]
+    dtype = TensorProto.FLOAT if op != "Range" else TensorProto.INT64
+    model = _model(nodes, [], [_info("y", [big], dtype)], inits)
+    with pytest.raises(MemoryLimitError, match=rf"ONNX node 'big' \({op}\): .*\({big},\).*memory limit"):
+        from_onnx(model, memory_limit=1 << 30)
+
+
+def test_a_shape_input_that_is_not_1d_is_a_shape_error():
+    s = numpy_helper.from_array(np.array([[2, 3]], np.int64), "s")
+    model = _model([helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape_0")], [_info("x", [6])],
+                   [_info("y", None)], [s])
+    with pytest.raises(ShapeError, match=r"ONNX node 'reshape_0' \(Reshape\): the shape \(input 1\) must be a 1-D "
+                                         r"tensor, got shape \(1, 2\)"):
+        from_onnx(model)
+
+
+def test_an_op_type_that_is_not_utf8_is_a_frontend_error():
+    data = _model([helper.make_node("Relu", ["x"], ["y"])], [_info("x", [2])], [_info("y", [2])]).SerializeToString()
+    corrupt = data.replace(b"Relu", b"R\xcalu")
+    with pytest.raises(FrontendError, match=r"the op_type of ONNX node #0 is not valid UTF-8"):
+        from_onnx(corrupt)

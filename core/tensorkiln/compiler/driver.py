@@ -12,9 +12,11 @@ from typing import Any
 from ..graph import Call, Expr, Function, Module, post_order
 from ..graph.registry import Op
 from ..ir.errors import UnsupportedOpError
+from ..ir.memory import physical_memory_bytes
 from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrument, current_pass_context, group_each_op
 from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
+from .memory_limit import check_planned_memory, check_tensor_sizes
 from .lower_groups import GroupKernel, group_name, lower_group
 from .schedule_plan import schedule_plan
 from .placement import place_ops
@@ -23,7 +25,7 @@ from .plan import build_plan
 __all__ = ["compile", "as_module"]
 
 
-def as_module(model: Any, shape: dict | None = None) -> Module:
+def as_module(model: Any, shape: dict | None = None, memory_limit: int | None = None) -> Module:
     """Accept a graph Module, an Expr, an onnx ModelProto or a path to an .onnx file."""
     if isinstance(model, Module):
         return model
@@ -31,7 +33,7 @@ def as_module(model: Any, shape: dict | None = None) -> Module:
         return Module.from_expr(model)
     from ..frontend import from_onnx
     if isinstance(model, (str, Path)) or type(model).__name__ == "ModelProto":
-        return from_onnx(model, shape=shape)
+        return from_onnx(model, shape=shape, memory_limit=memory_limit)
     raise TypeError(f"cannot compile a {type(model).__name__}; pass a graph Module, an ONNX model or a path")
 
 
@@ -76,7 +78,8 @@ def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassCo
 
 
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
-            context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None):
+            context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None,
+            memory_limit: int | None = None):
     """Compile a model for `target`; returns a CompiledModel ready to run.
 
     opt_level 0 runs each op as its own kernel without memory reuse; higher
@@ -84,11 +87,16 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     target does not support fall back to a CPU target unless `strict`.
     `concurrent` lets independent kernels run at the same time (default: at opt
     level >= 1 when every target used declares `concurrent_kernels`).
+    `memory_limit` (bytes, default the machine's physical memory): a tensor larger than
+    it, or a plan whose activations + weights + inputs exceed it, raises
+    MemoryLimitError naming the largest tensor, before anything is allocated.
     """
     from ..runtime.compiled_model import CompiledModel
 
     start = time.perf_counter()
-    mod = as_module(model, shape)
+    memory_limit = physical_memory_bytes() if memory_limit is None else int(memory_limit)
+    mod = as_module(model, shape, memory_limit)
+    check_tensor_sizes(mod, memory_limit)
     target = registry().target(target)
     target.spec.require_available()
     context = _context(opt_level, context)
@@ -119,6 +127,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         concurrent = context.opt_level >= 1 and all(
             t.capabilities.concurrent_kernels for t in target_objects.values())
     plan = schedule_plan(plan, reuse=context.opt_level >= 1, concurrent=concurrent)
+    check_planned_memory(plan, constants, memory_limit)
     return CompiledModel(
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
@@ -128,5 +137,5 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:
     """The whole GRAPH_PIPELINE at every opt level: each pass's own opt level gates it, so the
-    manager records why a pass did not run (opt level 0 skips them all, alter_layout needs 3)."""
+    manager records why a pass did not run (opt level 0 skips them all, alter_layout needs 2)."""
     return GRAPH_PIPELINE

@@ -9,7 +9,7 @@ from __future__ import annotations
 __all__ = [
     "TensorkilnError", "ShapeError", "DTypeError", "UnsupportedOpError", "ScheduleError",
     "PluginError", "TargetError", "CompileError", "RuntimeLaunchError", "ArtifactError",
-    "FrontendError", "InternalError",
+    "FrontendError", "MemoryLimitError", "InternalError",
 ]
 
 
@@ -68,6 +68,10 @@ class ArtifactError(TensorkilnError):
 
 class FrontendError(TensorkilnError):
     """A model file is malformed or cannot be imported."""
+
+
+class MemoryLimitError(TensorkilnError):
+    """A tensor, or the memory a compiled model plans, exceeds the memory limit (names the tensor and the limit)."""
 
 
 class InternalError(Exception):

@@ -22,9 +22,11 @@ from ...graph.expr import Constant, Expr, Function, Module, Tuple, TupleGetItem,
 from ...graph.types import TensorType, TupleType
 from ...ir.dtypes import from_numpy
 from ...ir.errors import DTypeError, FrontendError, TensorkilnError, UnsupportedOpError
+from ...ir.memory import check_tensor_fits, physical_memory_bytes
 from .converters import CONVERTERS
 from .functions import function_for, function_key, has_function, inline, static_body
 from .node import OnnxNode
+from .validate import check_outputs, check_structure, check_with_onnx
 
 __all__ = ["from_onnx", "supported_ops"]
 
@@ -38,6 +40,7 @@ class _Context:
     (domain, name)) and a counter that keeps inlined names unique."""
 
     local_functions: dict[tuple[str, str], Any]
+    memory_limit: int | None = None
     counter: Iterator[int] = field(default_factory=itertools.count)
 
 
@@ -48,22 +51,34 @@ def supported_ops() -> list[str]:
 
 def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = None,
               dtype: str | Mapping[str, str] | None = None,
-              constants: Mapping[str, Any] | None = None) -> Module:
+              constants: Mapping[str, Any] | None = None, memory_limit: int | None = None) -> Module:
     """Convert an ONNX ModelProto, a path or bytes into a Module whose "main" takes the graph inputs.
 
     `shape` binds input shapes (needed for symbolic dimensions); `dtype` overrides
     input dtypes (one dtype for all inputs, or a dict by input name); `constants`
     binds graph inputs to fixed values (e.g. an `axes` or `shape` input), which
     then are not parameters of "main".
+
+    The model is validated (validate.py: opsets, names, onnx.checker with its full
+    check, attributes), and each declared output dtype is compared with the computed
+    one (unless `dtype` overrides input dtypes); an invalid model raises FrontendError. A tensor whose shape alone needs more than
+    `memory_limit` bytes (default: the machine's physical memory) raises
+    MemoryLimitError before anything is allocated or folded.
     """
-    model = _load(model_or_path)
+    model, path = _load(model_or_path)
     import onnx
+    check_structure(model)
     graph = model.graph
     opsets = _opsets(model)
-    context = _Context({function_key(f.domain, f.name): f for f in model.functions})
+    limit = physical_memory_bytes() if memory_limit is None else int(memory_limit)
+    context = _Context({function_key(f.domain, f.name): f for f in model.functions}, limit)
+    # Unsupported ops are listed together before the checker, which stops at an op onnx lacks.
+    _check_supported(graph.node, opsets, context)
+    deferred = check_with_onnx(model, path, shape)
     shape = dict(shape or {})
     values: dict[str, Expr] = {}
     for tensor in graph.initializer:
+        check_tensor_fits(tuple(tensor.dims), _initializer_dtype(tensor), limit, f"initializer {tensor.name!r}")
         values[tensor.name] = Constant(_tensor_to_array(tensor))
     for name, value in (constants or {}).items():
         if name not in {v.name for v in graph.input}:
@@ -80,9 +95,10 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
         if value_info.name in values:
             continue
         param = _input_var(value_info, shape.get(value_info.name), _input_dtype(dtype, value_info.name))
+        check_tensor_fits(param.checked_type.shape, param.checked_type.dtype, limit,
+                          f"graph input {value_info.name!r}")
         values[value_info.name] = param
         params.append(param)
-    _check_supported(graph.node, opsets, context)
     for onnx_node in graph.node:
         _convert_node(onnx_node, values, opsets, context, onnx)
     outputs = []
@@ -92,13 +108,19 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
         outputs.append(values[output.name])
     if not outputs:
         raise FrontendError("the ONNX graph has no outputs")
+    # With dtype= the user asks for other dtypes than the model declares.
+    check_outputs(graph, values, check_dtypes=dtype is None)
+    if deferred is not None:
+        raise deferred
     body = outputs[0] if len(outputs) == 1 else Tuple(tuple(outputs))
     return Module((("main", Function(tuple(params), body)),))
 
 
 def _load(model_or_path: Any):
+    """The ModelProto, and the file it came from (None for a ModelProto or bytes)."""
     import onnx
     from google.protobuf.message import DecodeError
+    path = None
     if isinstance(model_or_path, onnx.ModelProto):
         model = model_or_path
     else:
@@ -106,7 +128,11 @@ def _load(model_or_path: Any):
             if isinstance(model_or_path, (bytes, bytearray)):
                 model = onnx.load_model_from_string(bytes(model_or_path))
             else:
-                path = os.fspath(model_or_path)
+                try:
+                    path = os.fspath(model_or_path)
+                except TypeError:
+                    raise FrontendError(f"cannot import an object of type {type(model_or_path).__name__}; pass an "
+                                        "onnx.ModelProto, the bytes of one or the path of an .onnx file") from None
                 if not os.path.exists(path):
                     raise FrontendError(f"ONNX file {path!r} does not exist")
                 model = onnx.load(path)
@@ -120,7 +146,7 @@ def _load(model_or_path: Any):
                                 f"{type(error).__name__}: {error}") from None
     if not model.HasField("graph") or (not model.graph.node and not model.graph.output):
         raise FrontendError("the ONNX model has no graph (empty, truncated or not an ONNX file)")
-    return model
+    return model, path
 
 
 def _opsets(model) -> dict[str, int]:
@@ -140,6 +166,16 @@ def _default_opset(model) -> int:
     if not model.opset_import:
         raise FrontendError("the ONNX model declares no opset_import")
     return _MIN_OPSET
+
+
+def _initializer_dtype(tensor) -> str:
+    """The dtype used to size an initializer before reading it (uint8 for types tensorkiln lacks: any
+    1-byte lower bound will do, reading it reports the real problem)."""
+    from onnx import helper
+    try:
+        return str(from_numpy(helper.tensor_dtype_to_np_dtype(tensor.data_type)))
+    except Exception:
+        return "uint8"
 
 
 def _tensor_to_array(tensor) -> np.ndarray:
@@ -232,12 +268,16 @@ def _attributes(node, onnx) -> dict[str, Any]:
         if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
             raise UnsupportedOpError(f"ONNX node {node.name!r} ({node.op_type}) has a subgraph attribute "
                                      f"{attribute.name!r}; control flow is not supported")
-        value = onnx.helper.get_attribute_value(attribute)
-        if isinstance(value, bytes):
-            value = value.decode("utf-8")
-        elif isinstance(value, list) and value and isinstance(value[0], bytes):
-            value = [v.decode("utf-8") for v in value]
-        elif isinstance(value, onnx.TensorProto):
+        try:
+            value = onnx.helper.get_attribute_value(attribute)
+            if isinstance(value, bytes):
+                value = value.decode("utf-8")
+            elif isinstance(value, list) and value and isinstance(value[0], bytes):
+                value = [v.decode("utf-8") for v in value]
+        except (UnicodeDecodeError, ValueError, TypeError) as error:
+            raise FrontendError(f"ONNX node {node.name!r} ({node.op_type}): attribute {attribute.name!r} cannot "
+                                f"be read: {error}") from None
+        if isinstance(value, onnx.TensorProto):
             value = _tensor_to_array(value)
         attrs[attribute.name] = value
     return attrs
@@ -260,7 +300,7 @@ def _convert_node(onnx_node, values: dict[str, Expr], opsets: dict[str, int], co
         return
     opset = opsets[""]
     node = OnnxNode(onnx_node.op_type, onnx_node.name, inputs, _attributes(onnx_node, onnx), opset,
-                    len(onnx_node.output), list(onnx_node.output))
+                    len(onnx_node.output), list(onnx_node.output), context.memory_limit)
     try:
         result = CONVERTERS[_op_key(onnx_node)](node)
     except TensorkilnError:

@@ -9,7 +9,9 @@ import numpy as np
 from ...graph.expr import Call, Constant, Expr, Tuple
 from ...graph.interpreter import evaluate_call
 from ...graph.registry import get_op
-from ...ir.errors import FrontendError, UnsupportedOpError
+from ...graph.types import TensorType, TupleType
+from ...ir.errors import DTypeError, FrontendError, ShapeError, UnsupportedOpError
+from ...ir.memory import check_tensor_fits
 
 __all__ = ["OnnxNode"]
 
@@ -27,6 +29,7 @@ class OnnxNode:
     opset: int
     num_outputs: int
     output_names: list[str] = field(default_factory=list)
+    memory_limit: int | None = None  # bytes one tensor may take; checked before anything is built or folded
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -57,16 +60,37 @@ class OnnxNode:
                 f"computed from graph inputs; bind the input shapes with shape=... or fold it in the model")
         return value.value
 
+    def const_ints(self, index: int, what: str) -> tuple[int, ...]:
+        """A 1-D constant integer input (a shape, pads, starts, repeats) as ints; ONNX requires it 1-D."""
+        value = np.asarray(self.const(index, what))
+        if value.ndim != 1:
+            raise ShapeError(f"ONNX node {self.name!r} ({self.op_type}): {what} (input {index}) must be a 1-D "
+                             f"tensor, got shape {value.shape}")
+        if value.dtype.kind not in "iu":
+            raise DTypeError(f"ONNX node {self.name!r} ({self.op_type}): {what} (input {index}) must be integers, "
+                             f"got {value.dtype}")
+        return tuple(int(v) for v in value)
+
     def call(self, op_name: str, *args: Expr, **attrs: Any) -> Expr:
         """Build `op_name(*args, **attrs)` named after this node; fold it when every argument is constant."""
         op = get_op(op_name)
         node = Call(op, tuple(args), op.make_attrs(None, **attrs), self.name or None)
+        result_type = node.checked_type
+        for index, ttype in enumerate(result_type.fields if isinstance(result_type, TupleType) else (result_type,)):
+            if isinstance(ttype, TensorType):
+                self.check_fits(ttype.shape, ttype.dtype, f"{op_name} result {index}")
         if args and all(isinstance(a, Constant) for a in args):
             value = evaluate_call(node, [a.value for a in args])
             if isinstance(value, tuple):
                 return Tuple(tuple(Constant(np.asarray(v)) for v in value))
             return Constant(np.asarray(value))
         return node
+
+    def check_fits(self, shape, dtype: str, what: str) -> None:
+        """Raise MemoryLimitError when a tensor of `shape` would exceed the memory limit (call it before
+        allocating one, e.g. a ConstantOfShape)."""
+        check_tensor_fits(shape, dtype, self.memory_limit,
+                          f"ONNX node {self.name!r} ({self.op_type}): {what}")
 
     def unsupported(self, reason: str) -> UnsupportedOpError:
         return UnsupportedOpError(f"ONNX node {self.name!r} ({self.op_type}, opset {self.opset}): {reason}")

@@ -5,6 +5,7 @@ import numpy as np
 
 from ....graph.expr import Constant, Expr
 from ....ir.dtypes import from_numpy, to_numpy
+from ....ir.errors import FrontendError
 from ..node import OnnxNode
 from ._registry import converter
 from ._util import onnx_dtype, scalar
@@ -145,7 +146,12 @@ def _binary(node: OnnxNode) -> Expr:
 
 @converter("Mod")
 def _mod(node: OnnxNode) -> Expr:
-    return node.call("fmod" if node.attr("fmod", 0) else "mod", node.required(0), node.required(1))
+    data = node.required(0)
+    if not node.attr("fmod", 0) and node.opset < 28 and data.dtype.startswith(("float", "bfloat")):
+        raise FrontendError(f"ONNX node {node.name!r} (Mod, opset {node.opset}): attribute fmod=0 with "
+                            f"{data.dtype} inputs; before opset 28 floating-point Mod requires fmod=1 "
+                            "(onnxruntime rejects it too)")
+    return node.call("fmod" if node.attr("fmod", 0) else "mod", data, node.required(1))
 
 
 @converter("BitShift")

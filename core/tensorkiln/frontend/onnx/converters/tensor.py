@@ -28,9 +28,12 @@ def _constant(node: OnnxNode) -> Expr:
 
 @converter("ConstantOfShape")
 def _constant_of_shape(node: OnnxNode) -> Expr:
-    shape = ints(node.const(0, "the shape"))
+    shape = node.const_ints(0, "the shape")
     value = node.attr("value")
     fill = np.zeros((), np.float32) if value is None else np.asarray(value).reshape(-1)[0]
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"ONNX node {node.name!r} (ConstantOfShape): shape {shape} has a negative dimension")
+    node.check_fits(shape, str(np.asarray(fill).dtype), "the output")
     return Constant(np.full(shape, fill, dtype=np.asarray(fill).dtype))
 
 
@@ -49,6 +52,10 @@ def _size(node: OnnxNode) -> Expr:
 @converter("Range")
 def _range(node: OnnxNode) -> Expr:
     start, limit, delta = (node.const(i, name) for i, name in enumerate(("start", "limit", "delta")))
+    if np.asarray(delta).reshape(-1)[:1].tolist() == [0]:
+        raise ShapeError(f"ONNX node {node.name!r} (Range): delta is 0")
+    count = max(int(np.ceil((np.asarray(limit, np.float64) - start) / delta).reshape(-1)[0]), 0)
+    node.check_fits((count,), str(np.asarray(start).dtype), "the output")
     return Constant(np.arange(start, limit, delta).astype(np.asarray(start).dtype))
 
 
@@ -56,13 +63,14 @@ def _range(node: OnnxNode) -> Expr:
 def _eye_like(node: OnnxNode) -> Expr:
     data = node.required(0)
     dtype = onnx_dtype(node.attr("dtype"), node) if node.attr("dtype") is not None else data.dtype
+    node.check_fits(data.shape, dtype, "the output")
     return Constant(np.eye(*data.shape, k=node.attr("k", 0), dtype=to_numpy(dtype)))
 
 
 @converter("Reshape")
 def _reshape(node: OnnxNode) -> Expr:
     data = node.required(0)
-    shape = list(ints(node.const(1, "the shape")) if node.opset >= 5 else node.attr("shape"))
+    shape = list(node.const_ints(1, "the shape") if node.opset >= 5 else node.attr("shape"))
     if not node.attr("allowzero", 0):
         shape = [data.shape[i] if d == 0 else d for i, d in enumerate(shape)]
     return node.call("reshape", data, newshape=tuple(shape))
@@ -121,7 +129,7 @@ def _split(node: OnnxNode):
     data = node.required(0)
     axis = node.attr("axis", 0) % data.ndim
     size = data.shape[axis]
-    sizes = ints(node.const(1, "split")) if node.opset >= 13 and node.input(1) is not None else node.attr("split")
+    sizes = node.const_ints(1, "split") if node.opset >= 13 and node.input(1) is not None else node.attr("split")
     if sizes is None:
         parts = node.attr("num_outputs", node.num_outputs)
         chunk = -(-size // parts)
@@ -138,7 +146,7 @@ def _slice(node: OnnxNode) -> Expr:
         starts, ends = node.attr("starts"), node.attr("ends")
         axes, steps = node.attr("axes"), None
     else:
-        starts, ends = ints(node.const(1, "starts")), ints(node.const(2, "ends"))
+        starts, ends = node.const_ints(1, "starts"), node.const_ints(2, "ends")
         axes = node.const(3, "axes")
         steps = node.const(4, "steps")
         axes = None if axes is None else ints(axes)
@@ -168,7 +176,7 @@ def _gather_nd(node: OnnxNode) -> Expr:
 @converter("Expand")
 def _expand(node: OnnxNode) -> Expr:
     data = node.required(0)
-    shape = broadcast_shape(f"Expand {node.name!r}", data.shape, ints(node.const(1, "the shape")))
+    shape = broadcast_shape(f"Expand {node.name!r}", data.shape, node.const_ints(1, "the shape"))
     if shape == data.shape:
         return data
     return node.call("broadcast_to", data, shape=shape)
@@ -176,7 +184,7 @@ def _expand(node: OnnxNode) -> Expr:
 
 @converter("Tile")
 def _tile(node: OnnxNode) -> Expr:
-    return node.call("tile", node.required(0), reps=ints(node.const(1, "repeats")))
+    return node.call("tile", node.required(0), reps=node.const_ints(1, "repeats"))
 
 
 @converter("Pad")
@@ -187,7 +195,7 @@ def _pad(node: OnnxNode) -> Expr:
         pads, value = node.attr("pads") or node.attr("paddings"), node.attr("value", 0.0)
         axes = None
     else:
-        pads = ints(node.const(1, "pads"))
+        pads = node.const_ints(1, "pads")
         constant = node.const(2, "constant_value")
         value = 0 if constant is None or constant.size == 0 else constant.reshape(-1)[0].item()
         axes = node.const(3, "axes")
@@ -257,6 +265,7 @@ def _trilu(node: OnnxNode) -> Expr:
 def _one_hot(node: OnnxNode) -> Expr:
     indices, values = node.required(0), node.required(2)
     depth = int(node.const(1, "depth").reshape(-1)[0])
+    node.check_fits((*indices.shape, depth), values.dtype, "the output")
     axis = node.attr("axis", -1) % (indices.ndim + 1)
     iota_shape = [1] * (indices.ndim + 1)
     iota_shape[axis] = depth
