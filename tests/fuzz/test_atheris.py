@@ -1,0 +1,20 @@
+"""Runs the atheris harness (atheris_importer.py) for a bounded number of inputs in a subprocess:
+a non-tensorkiln exception or a crash makes atheris exit non-zero. TK_FUZZ_CASES raises the count."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import atheris  # noqa: F401  (the [test] extra installs it; a missing one fails here, loudly)
+
+HARNESS = Path(__file__).with_name("atheris_importer.py")
+
+
+def test_the_importer_survives_coverage_guided_fuzzing(tmp_path):
+    runs = int(os.environ.get("TK_FUZZ_CASES", "2000"))
+    result = subprocess.run([sys.executable, str(HARNESS), f"-runs={runs}", "-max_total_time=60", "-seed=1",
+                             f"-artifact_prefix={tmp_path}/"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "Done" in result.stderr
