@@ -46,3 +46,18 @@ def test_a_bare_name_that_fits_several_targets_asks_for_the_full_string():
 
 def test_loaded_module_has_a_docstring():
     assert "name or alias" in CompiledModel.loaded_module.__doc__
+
+
+def test_run_takes_arrays_in_input_order_too():
+    import numpy as np
+    import tensorkiln as tk
+    from tensorkiln import graph
+    x = graph.var("x", shape=(3,))
+    lib = tk.compile(graph.Module.from_expr(graph.nn.relu(x)), target="cpu_llvm")
+    data = np.array([-1, 0, 2], "float32")
+    np.testing.assert_array_equal(lib.run(data)[0], np.maximum(data, 0))          # was a raw ValueError
+    np.testing.assert_array_equal(lib.run([data])[0], np.maximum(data, 0))
+    import pytest
+    from tensorkiln.ir.errors import RuntimeLaunchError
+    with pytest.raises(RuntimeLaunchError, match="not both"):
+        lib.run([data], x=data)

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from ..ir.errors import TargetError, TensorkilnError
+from ..ir.errors import RuntimeLaunchError, TargetError, TensorkilnError
 from ..sdk.codegen import Artifact
 from ..sdk.target import Target
 from .executor import GraphExecutor
@@ -109,10 +109,16 @@ class CompiledModel:
         self.executor.set_input(key, array)
 
     def run(self, inputs: Mapping[str, Any] | None = None, **named: Any) -> list[np.ndarray] | None:
-        """Run once. With inputs (a dict or keywords) returns the outputs as numpy arrays."""
+        """Run once. With inputs (a dict, keywords, or arrays in input order) returns the outputs as
+        numpy arrays; without, runs on the inputs given to set_input."""
         if inputs is None and not named:
             self.executor.run()
             return None
+        if inputs is not None and not isinstance(inputs, Mapping):
+            if named:
+                raise RuntimeLaunchError("pass the inputs either by name (a dict or keywords) or in order "
+                                         "(a list of arrays), not both")
+            return self.executor.run_with([inputs] if isinstance(inputs, np.ndarray) else list(inputs))
         return self.executor.run_with({**(inputs or {}), **named})
 
     def get_output(self, index: int) -> np.ndarray:
