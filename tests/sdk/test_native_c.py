@@ -206,7 +206,10 @@ def test_num_threads_zero_means_all_cores_and_the_runtime_setting_is_honoured():
     assert _threads_seen(module) == 1
 
 
-def test_a_parallel_loop_from_the_emitter_runs_with_openmp():
+def test_a_parallel_loop_from_the_emitter_runs_with_openmp(monkeypatch):
+    # a process-wide tk.runtime.set_num_threads from an earlier test would override the module's own count
+    from tensorkiln.sdk import native
+    monkeypatch.setattr(native, "_thread_override", None)
     A = te.placeholder((64, 16), "float32", name="A")
     B = te.compute((64, 16), lambda i, j: A[i, j] + 1.0, name="B")
     s = te.create_schedule(B.op)
