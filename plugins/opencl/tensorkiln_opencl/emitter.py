@@ -106,8 +106,8 @@ class OpenCLEmitter(CSourceEmitter):
 # reductions and pools rely on it). OpenCL's fmin/fmax return the other operand instead, and
 # no built-in propagates, so float Min/Max become calls of a helper per type (scalar or vector;
 # OpenCL C 1.2 has no overloading), defined once in the program. Integer Min/Max keep min/max.
-# TODO(#12): the shared CSourceEmitter's float fmin/fmax drop NaN too; when it propagates NaN
-# itself this rewrite goes away.
+# The shared CSourceEmitter's own helper propagates NaN too, but it is scalar only: OpenCL's
+# vector types need these per-type helpers (its min_max_functions keep fmin/fmax for the rest).
 _NAN_MIN_MAX = ("tk_nan_min", "tk_nan_max")
 _HELPER_CALL = re.compile(r"\btk_nan_(min|max)_([a-z]+[0-9]*)\(")
 
