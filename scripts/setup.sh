@@ -5,9 +5,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # System packages: PoCL gives the OpenCL plugin a real device on the CPU; graphviz draws
-# graphs (`tensorkiln viz`); a C compiler links AOT libraries and builds C-source targets.
+# graphs (`tensorkiln viz`); a C compiler links AOT libraries and builds C-source targets; g++ builds
+# fpga_hls's C-simulation, iverilog/verilator/yosys simulate and synthesise its systolic-array RTL.
 missing=()
-for pkg in pocl-opencl-icd ocl-icd-opencl-dev graphviz gcc libgomp1; do
+for pkg in pocl-opencl-icd ocl-icd-opencl-dev graphviz gcc g++ libgomp1 iverilog verilator yosys; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -17,5 +18,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -U pip "setuptools>=70" wheel
+# fpga_hls reads only the Apache-2.0 ap_int/ap_fixed headers of hls4ml: no-deps keeps its ML stack out.
+python3 -m pip show -q hls4ml >/dev/null 2>&1 || python3 -m pip install -q --disable-pip-version-check --no-deps hls4ml
 python3 -m pip install -q --disable-pip-version-check -e ".[test]" \
   -e plugins/cpu_llvm -e plugins/opencl -e plugins/cuda -e plugins/fpga_hls
