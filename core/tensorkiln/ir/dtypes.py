@@ -16,7 +16,7 @@ __all__ = ["DType", "dtype_of", "SCALAR_DTYPES", "to_numpy", "from_numpy", "with
 
 SCALAR_DTYPES = (
     "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-    "float16", "float32", "float64", "handle",
+    "float16", "bfloat16", "float32", "float64", "handle",
 )
 
 _KIND = {"bool": "bool", "handle": "handle"}
@@ -24,7 +24,10 @@ _KIND = {"bool": "bool", "handle": "handle"}
 
 @dataclass(frozen=True, slots=True)
 class DType:
-    """Parsed dtype: kind ("int", "uint", "float", "bool", "handle"), bits, lanes."""
+    """Parsed dtype: kind ("int", "uint", "float", "bfloat", "bool", "handle"), bits, lanes.
+
+    bfloat16 (kind "bfloat": float32's exponent, 7 mantissa bits) is a float too (`is_float`).
+    """
 
     kind: str
     bits: int
@@ -38,7 +41,7 @@ class DType:
 
     @property
     def is_float(self) -> bool:
-        return self.kind == "float"
+        return self.kind in ("float", "bfloat")
 
     @property
     def is_int(self) -> bool:
@@ -74,7 +77,7 @@ def dtype_of(name: str) -> DType:
         raise DTypeError(f"unknown dtype {name!r}; use one of {', '.join(SCALAR_DTYPES)}")
     if text in _KIND:
         return DType(_KIND[text], 8 if text == "bool" else 64, lanes)
-    for kind in ("uint", "int", "float"):
+    for kind in ("uint", "int", "float", "bfloat"):
         if text.startswith(kind):
             return DType(kind, int(text[len(kind):]), lanes)
     raise DTypeError(f"unknown dtype {name!r}")
@@ -94,7 +97,18 @@ def to_numpy(dtype: str) -> np.dtype:
     parsed = dtype_of(dtype)
     if parsed.lanes != 1 or parsed.kind == "handle":
         raise DTypeError(f"dtype {dtype!r} has no numpy equivalent")
+    if parsed.kind == "bfloat":
+        return np.dtype(_bfloat16())
     return np.dtype(parsed.element if parsed.kind != "bool" else np.bool_)
+
+
+def _bfloat16() -> type:
+    """numpy has no bfloat16; ml_dtypes (an onnx dependency) provides the numpy dtype."""
+    try:
+        import ml_dtypes
+    except ImportError as error:  # pragma: no cover - onnx depends on ml_dtypes
+        raise DTypeError("bfloat16 arrays need the ml_dtypes package: pip install ml_dtypes") from error
+    return ml_dtypes.bfloat16
 
 
 def from_numpy(dtype: np.dtype | type | str) -> str:
