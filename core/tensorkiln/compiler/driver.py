@@ -4,6 +4,8 @@ Each stage is a plain function; `compile` is the flat list of them, read top to 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 import time
 from pathlib import Path
@@ -22,7 +24,19 @@ from .schedule_plan import schedule_plan
 from .placement import place_ops
 from .plan import build_plan
 
-__all__ = ["compile", "as_module"]
+__all__ = ["compile", "as_module", "fused_groups", "use_tuning_db"]
+
+_TUNING_DB: contextvars.ContextVar = contextvars.ContextVar("tensorkiln_tuning_db", default=None)
+
+
+@contextlib.contextmanager
+def use_tuning_db(database):
+    """`tk.compile` calls inside the block apply `database`'s records (`tensorkiln.tune.apply_history_best`)."""
+    token = _TUNING_DB.set(database)
+    try:
+        yield database
+    finally:
+        _TUNING_DB.reset(token)
 
 
 def as_module(model: Any, shape: dict | None = None, memory_limit: int | None = None) -> Module:
@@ -48,11 +62,13 @@ def _group_calls(mod: Module) -> list[Call]:
     return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
 
 
-def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassContext | None = None
+def _lower_all(calls: list[Call], primary: Target, tuning_db=None, context: PassContext | None = None
                ) -> tuple[dict[str, list[GroupKernel]], dict[int, str]]:
     """Lower every group once per distinct (function, target); identical groups share a kernel.
 
     A group runs on the target its function's "target" attr names (placement), else on `primary`.
+    `tuning_db.configs_for(function, target)` gives a group's tuned knob values (or None: defaults);
+    the kernel's strategy report names the record it applied.
     """
     kernels: dict[str, list[GroupKernel]] = {}
     by_key: dict[tuple, str] = {}
@@ -71,7 +87,12 @@ def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassCo
                 suffix += 1
                 name = f"{base}_{suffix}"
             used.add(name)
-            kernels.setdefault(str(target), []).append(lower_group(call.op, name, target, configs, context))
+            configs = tuning_db.configs_for(call.op, target) if tuning_db is not None else None
+            kernel = lower_group(call.op, name, target, configs, context)
+            if tuning_db is not None:   # which record the group used (None: its analytic defaults)
+                applied = getattr(configs, "applied", None)
+                kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "tuning_record": applied})
+            kernels.setdefault(str(target), []).append(kernel)
             by_key[key] = name
         names[id(call)] = by_key[key]
     return kernels, names
@@ -79,7 +100,7 @@ def _lower_all(calls: list[Call], primary: Target, configs=None, context: PassCo
 
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
             context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None,
-            memory_limit: int | None = None):
+            memory_limit: int | None = None, tuning_db=None):
     """Compile a model for `target`; returns a CompiledModel ready to run.
 
     opt_level 0 runs each op as its own kernel without memory reuse; higher
@@ -90,6 +111,10 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     `memory_limit` (bytes, default the machine's physical memory): a tensor larger than
     it, or a plan whose activations + weights + inputs exceed it, raises
     MemoryLimitError naming the largest tensor, before anything is allocated.
+    `tuning_db` (a `tensorkiln.tune.Database`, default the one `tune.apply_history_best` made
+    current) applies the best tuning record of each group's workload, target and plugin version;
+    With a database, `lib.summary()["strategies"][kernel]["tuning_record"]` names the record a group
+    used (None: it had none and kept the analytic defaults).
     """
     from ..runtime.compiled_model import CompiledModel
 
@@ -104,16 +129,14 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     context = dataclasses.replace(context, instruments=[*context.instruments, timing])
     ops_before = sum(1 for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Op))
 
-    plugin_passes = registry().call("tensorkiln_passes", target)
-    manager = PassManager(context, target)
-    mod = manager.run(mod, (*_pipeline(context), *plugin_passes))
-    mod = place_ops(mod, target, strict=strict)
-    # Fusion runs after placement so a group never mixes targets.
-    fuse_manager = PassManager(context, target)
-    mod = fuse_manager.run(mod, ("fuse_ops",))
-    mod = group_each_op(mod)
+    mod, skipped = _partition(mod, target, context, strict)
     calls = _group_calls(mod)
-    kernels, names = _lower_all(calls, target, context=context)
+    if tuning_db is None:
+        tuning_db = _TUNING_DB.get()
+    if isinstance(tuning_db, (str, Path)):
+        raise TypeError(f"tuning_db={str(tuning_db)!r}: pass an open database, "
+                        f"tensorkiln.tune.Database({str(tuning_db)!r})")
+    kernels, names = _lower_all(calls, target, tuning_db, context=context)
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
     artifacts, target_objects = {}, {}
@@ -131,8 +154,31 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     return CompiledModel(
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
-        skipped_passes={s.name: s.reason for s in (*manager.skipped, *fuse_manager.skipped)},
+        skipped_passes={s.name: s.reason for s in skipped},
         compile_seconds=time.perf_counter() - start, graph=mod, strategies=strategies)
+
+
+def _partition(mod: Module, target: Target, context: PassContext, strict: bool) -> tuple[Module, tuple]:
+    """Graph passes, placement and fusion: `mod` whose main calls one primitive function per kernel
+    launch, and the passes that were skipped."""
+    plugin_passes = registry().call("tensorkiln_passes", target)
+    manager = PassManager(context, target)
+    mod = manager.run(mod, (*_pipeline(context), *plugin_passes))
+    mod = place_ops(mod, target, strict=strict)
+    # Fusion runs after placement so a group never mixes targets.
+    fuse_manager = PassManager(context, target)
+    mod = fuse_manager.run(mod, ("fuse_ops",))
+    return group_each_op(mod), (*manager.skipped, *fuse_manager.skipped)
+
+
+def fused_groups(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None,
+                 shape: dict | None = None, strict: bool = False) -> tuple[list[Call], Target]:
+    """The group calls `compile` lowers (one per kernel launch; each `call.op` a primitive function)
+    and the resolved target: what `tensorkiln.tune.extract_tasks` tunes."""
+    mod = as_module(model, shape)
+    target = registry().target(target)
+    mod, _ = _partition(mod, target, _context(opt_level, None), strict)
+    return _group_calls(mod), target
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:
