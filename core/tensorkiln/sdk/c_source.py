@@ -155,7 +155,12 @@ class CSourceEmitter(Emitter):
                              with OpenMP see sdk_docs/native_abi.md for threads
       `unroll_pragma`        before an unrolled loop
       `vectorize_pragma`     before a vectorized loop that stays a loop
-      `loop_pragmas`         method(loop) -> pragma lines (HLS dialects add PIPELINE here)
+      `loop_pragmas`         method(loop) -> pragma lines before a loop
+      `loop_body_pragmas`    method(loop) -> pragma lines at the top of its body (HLS PIPELINE, UNROLL)
+      `loop_label`           method(loop, name) -> a label for the loop ("L_i"), or None
+    Per-tensor types and kernel text (HLS C++):
+      `buffer_type_name`     method(buffer) -> element type of a buffer parameter (default: by dtype)
+      `kernel_pragmas`       method(func, names) -> lines at the top of a kernel body (INTERFACE pragmas)
     Vectors (for lane counts in `vector_lanes`):
       `vector_literal`       "(({type})({elements}))"
       `vector_broadcast`     "(({type})({value}))"
@@ -360,8 +365,26 @@ class CSourceEmitter(Emitter):
                     [f"free({name});"])
         return [f"{self.scope_prefix.get(buffer.scope, '')}{type_name} {name}[{size}];"], []
 
+    def loop_body_pragmas(self, loop: tir.For) -> list[str]:
+        """Pragma lines at the top of a loop's body, where HLS tools read PIPELINE and UNROLL."""
+        return []
+
+    def loop_label(self, loop: tir.For, name: str) -> str | None:
+        """A label for the loop whose variable is called `name` in C, so reports and pragmas can
+        refer to it; None writes none. Variable names are unique per kernel, so labels made from them are."""
+        return None
+
+    def buffer_type_name(self, buffer: Any) -> str:
+        """Element type of a buffer parameter; a dialect with per-tensor types (HLS ap_fixed) overrides it."""
+        return self.storage_type_name(buffer.dtype)
+
+    def kernel_pragmas(self, func: tir.PrimFunc, names: dict[str, str]) -> list[str]:
+        """Lines at the top of the kernel body of `func` (HLS INTERFACE pragmas); `names` maps each
+        parameter's name to its C name."""
+        return []
+
     def loop_pragmas(self, loop: tir.For) -> list[str]:
-        """Pragma lines emitted before a loop (HLS dialects add PIPELINE/UNROLL here)."""
+        """Pragma lines emitted before a loop (OpenMP, `#pragma unroll`)."""
         pragma = {tir.ForKind.PARALLEL: self.parallel_pragma, tir.ForKind.UNROLLED: self.unroll_pragma,
                   tir.ForKind.VECTORIZED: self.vectorize_pragma}.get(loop.kind)
         return [pragma] if pragma else []
@@ -448,12 +471,14 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
                 self.module.dtypes.add(dtype_of(p.dtype).element)
                 const = "const " if self.d.const_inputs and p.name not in self.written else ""
                 restrict = f"{self.d.restrict} " if self.d.restrict else ""
-                params.append(f"{const}{self.d.buffer_prefix}{self.d.storage_type_name(p.dtype)}* {restrict}{name}")
+                params.append(f"{const}{self.d.buffer_prefix}{self.d.buffer_type_name(p)}* {restrict}{name}")
             else:
                 name = self.names.bind(p, p.name)
                 self.module.dtypes.add(dtype_of(p.dtype).element)
                 params.append(f"{self.d.type_name(p.dtype)} {name}")
         self._hoist_allocations(func.body)
+        param_names = {p.name: self.names.get(p) for p in func.params}
+        self.lines.extend("    " + text for text in self.d.kernel_pragmas(func, param_names))
         self.visit_stmt(func.body)
         body = self.lines
         self.lines = []
@@ -614,7 +639,13 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
         end = self.expr(s.extent) if _const_int(s.min) == 0 else f"{self.expr(s.min)} + {self.expr(s.extent)}"
         for pragma in self.d.loop_pragmas(s):
             self.line(pragma)
-        self.line(f"for ({loop_type} {name} = {start}; {name} < {_strip(end)}; ++{name}) {{")
+        label = self.d.loop_label(s, name)
+        self.line(f"{label + ': ' if label else ''}for ({loop_type} {name} = {start}; {name} < {_strip(end)}; "
+                  f"++{name}) {{")
+        self.depth += 1
+        for pragma in self.d.loop_body_pragmas(s):
+            self.line(pragma)
+        self.depth -= 1
         self.block(s.body)
         self.line("}")
         if s.kind is tir.ForKind.THREAD_BINDING:
