@@ -28,6 +28,7 @@ class GroupKernel:
     output_types: tuple[TensorType, ...]
     ops: tuple[str, ...]
     strategy: dict = None             # StrategyChoice.describe(): implementation, knob values
+    trace: tuple = ()                 # the te schedule's trace (te/trace.py): what a tuning record replays
 
 
 def group_name(function: Function) -> str:
@@ -65,7 +66,8 @@ def lower_group(function: Function, name: str, target, configs=None, context=Non
         placeholders, outputs, ops = _build_tensors(function, name, target, anchor, choice)
     schedule = choice.schedule(outputs, target)
     func = lower(schedule, placeholders + outputs, name=name, context=context)
-    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe())
+    return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe(),
+                       schedule.trace)
 
 
 def _build_tensors(function: Function, name: str, target, anchor: Call | None = None, choice=None):
