@@ -3,6 +3,13 @@
     python -m tensorkiln.node_tests            # reference interpreter, prints counts
     python -m tensorkiln.node_tests -v         # also lists failures
     python -m tensorkiln.node_tests --target cpu_llvm   # through tensorkiln.onnx_backend
+    python -m tensorkiln.node_tests --target cpu_llvm --standard   # onnx's protocol only
+
+Two protocols drive a backend. The project's runner ("runner") passes each case's input
+shapes and, when an import needs a shape-like input (axes, pads, sizes) as a constant, binds
+the integer inputs with `constants=`. The standard protocol ("standard") is what onnx's
+own harness and a user do: `backend.prepare(model)` and `rep.run(list_of_inputs)`, with
+nothing bound; it is the figure to report.
 
 `run_node_tests(run_fn)` imports each test model with `from_onnx` and calls
 `run_fn(module, inputs) -> list of arrays`; another executor (a compiled target)
@@ -88,15 +95,23 @@ def reference_run(module, inputs: dict[str, np.ndarray]) -> list[np.ndarray]:
 
 def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarray]] = reference_run,
                    op_type: str | None = None, name_filter: Callable[[str], bool] | None = None,
-                   backend: Any = None) -> list[NodeResult]:
+                   backend: Any = None, protocol: str = "runner") -> list[NodeResult]:
     """Import, run and compare every node test case; return one NodeResult per case.
 
     With `backend` (an onnx.backend.base.Backend such as `tensorkiln.onnx_backend.backend_for(target)`)
     each case goes through `backend.prepare(model, shape=..., constants=...)` and `rep.run(inputs)`
-    instead of `from_onnx` and `run_fn`.
+    instead of `from_onnx` and `run_fn`. With `protocol="standard"` (needs `backend`) each case
+    goes through `backend.prepare(model)` and `rep.run([inputs in graph order])` with nothing bound.
     """
     from .frontend.onnx import from_onnx
+    if protocol not in ("runner", "standard"):
+        raise ValueError(f"protocol must be 'runner' or 'standard', got {protocol!r}")
+    if protocol == "standard" and backend is None:
+        raise ValueError("protocol='standard' drives a backend: pass backend=")
     importer = from_onnx
+    if protocol == "standard":
+        cases = (c for c in node_cases(op_type) if name_filter is None or name_filter(c.name))
+        return [_run_standard_case(case, backend) for case in cases]
     if backend is not None:
         def importer(model, shape, constants=None):
             return backend.prepare(model, shape=shape, constants=constants)
@@ -111,14 +126,14 @@ def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarra
     return results
 
 
-def _run_case(case: NodeCase, run_fn, from_onnx) -> NodeResult:
+def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResult:
     def result(status: str, detail: str = "") -> NodeResult:
         return NodeResult(case.name, status, case.is_float32_only, detail)
 
     if not all(isinstance(v, np.ndarray) for v in [*case.inputs.values(), *case.expected_outputs]):
         return result("unsupported", "sequence or optional values")
     try:
-        module, inputs = _import(case, from_onnx)
+        module, inputs = _import(case, from_onnx) if retry else (from_onnx(case.model), case.inputs)
         outputs = run_fn(module, inputs)
     except (UnsupportedOpError, DTypeError) as error:
         return result("unsupported", f"{type(error).__name__}: {_first_line(error)}")
@@ -133,6 +148,17 @@ def _run_case(case: NodeCase, run_fn, from_onnx) -> NodeResult:
         if problem:
             return result("fail", f"output {index}: {problem}")
     return result("pass")
+
+
+def _run_standard_case(case: NodeCase, backend) -> NodeResult:
+    """prepare(model) then run(list): the model's own declared shapes, no constants, no retries."""
+    def prepare(model, shape=None, constants=None):
+        return backend.prepare(model)
+
+    def run(rep, inputs):
+        return list(rep.run(list(inputs.values())))
+
+    return _run_case(case, run, prepare, retry=False)
 
 
 def _import(case: NodeCase, from_onnx):
@@ -192,13 +218,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", default=None,
                         help="compile each case for this target through tensorkiln.onnx_backend "
                              "(default: the numpy reference interpreter)")
+    parser.add_argument("--standard", action="store_true",
+                        help="with --target: onnx's standard protocol (prepare(model), run(list)), "
+                             "no shapes or constants bound")
     args = parser.parse_args(argv)
+    if args.standard and not args.target:
+        parser.error("--standard needs --target")
     backend = None
     if args.target:
         from .onnx_backend import backend_for
         backend = backend_for(args.target)
     start = time.time()
-    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend)
+    protocol = "standard" if args.standard else "runner"
+    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend,
+                             protocol=protocol)
     if args.verbose:
         for item in results:
             if item.status != "pass":
@@ -208,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{group:13s} pass {counts['pass']:4d}  fail {counts['fail']:4d}  "
               f"unsupported {counts['unsupported']:4d}  (of {total})")
     where = f"on {backend.target} through tensorkiln.onnx_backend" if backend else "with the reference interpreter"
+    if args.standard:
+        where += " (standard protocol: prepare(model), run(list), nothing bound)"
     print(f"took {time.time() - start:.1f} s {where}")
     return 0
 

@@ -9,11 +9,24 @@ import numpy as np
 from ...graph.expr import Call, Constant, Expr, Tuple
 from ...graph.interpreter import evaluate_call
 from ...graph.registry import get_op
+from ...graph.traversal import free_vars
 from ...graph.types import TensorType, TupleType
 from ...ir.errors import DTypeError, FrontendError, ShapeError, UnsupportedOpError
 from ...ir.memory import check_tensor_fits
 
-__all__ = ["OnnxNode"]
+__all__ = ["OnnxNode", "ValueNotStaticError"]
+
+
+class ValueNotStaticError(UnsupportedOpError):
+    """A parameter the graph IR needs statically (axes, pads, a shape) is computed from graph inputs.
+
+    `inputs` names the graph inputs it depends on: a caller that knows their values (at run time,
+    `tensorkiln.compiler.dynamic`) re-imports with them bound as `constants=` and caches the result.
+    """
+
+    def __init__(self, message: str, inputs: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.inputs = inputs
 
 
 @dataclass
@@ -55,9 +68,11 @@ class OnnxNode:
             return None
         if not isinstance(value, Constant):
             label = what or f"input {index}"
-            raise UnsupportedOpError(
+            names = tuple(dict.fromkeys(var.name for var in free_vars(value)))
+            raise ValueNotStaticError(
                 f"ONNX node {self.name!r} ({self.op_type}): {label} must be known at import time, but it is "
-                f"computed from graph inputs; bind the input shapes with shape=... or fold it in the model")
+                f"computed from graph inputs {', '.join(map(repr, names))}; tk.compile specialises on their "
+                "values at run time, or bind them with from_onnx(..., constants={...})", names)
         return value.value
 
     def const_ints(self, index: int, what: str) -> tuple[int, ...]:

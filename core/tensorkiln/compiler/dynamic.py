@@ -1,0 +1,113 @@
+"""Compile an ONNX model whose shapes or static parameters are only known at run time.
+
+`tk.compile(onnx_model, ...)` comes here first (compiler/__init__.py wraps driver.compile):
+
+- every input shape static and every parameter foldable at import: the plain CompiledModel, as before;
+- a symbolic dimension (declared by the model or given as `shape={"x": "?x3x224x224"}`), or a
+  parameter (axes, pads, scales, a shape, repeats, ...) computed from graph inputs: a
+  runtime.specialize.SpecializedModel, which imports and compiles the model per input shape
+  (and per value of the inputs such parameters depend on) on first sight, and caches it.
+
+Nothing is compiled for a dynamic model until it runs (`lib.specialize(inputs)` warms the cache),
+but the model is imported once at a probe shape here, so an unsupported op or dtype is reported
+by `tk.compile` itself.
+"""
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..graph.types import Dim, SymbolicTensorType
+from ..ir.errors import DTypeError, TensorkilnError, UnsupportedOpError
+from ..runtime.specialize import SpecializedModel, Specialization
+
+__all__ = ["specializing", "compile_onnx", "is_onnx_model"]
+
+
+def is_onnx_model(model: Any) -> bool:
+    return isinstance(model, (str, Path, bytes, bytearray)) or type(model).__name__ == "ModelProto"
+
+
+def specializing(compile_static: Callable) -> Callable:
+    """Wrap the static compile driver so ONNX models with run-time shapes or parameters compile dynamically."""
+    @functools.wraps(compile_static)
+    def compile(model: Any, target: Any = "cpu_llvm", *, shape: dict | None = None, memory_limit: int | None = None,
+                **options: Any):
+        if not is_onnx_model(model):
+            return compile_static(model, target, shape=shape, memory_limit=memory_limit, **options)
+
+        def compile_module(mod):
+            return compile_static(mod, target, memory_limit=memory_limit, **options)
+        return compile_onnx(model, shape, compile_module, memory_limit=memory_limit, target=str(target))
+    return compile
+
+
+def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callable, *,
+                 memory_limit: int | None = None, target: str = ""):
+    """A CompiledModel when the model is static, else a SpecializedModel (see the module docstring)."""
+    from ..frontend.onnx import ValueNotStaticError, from_onnx, input_signature, is_static_signature, load_model
+
+    model = load_model(model_or_path)
+    # A path goes to from_onnx as a path: the checker reads a model over 2 GB from its file.
+    source = model_or_path if isinstance(model_or_path, (str, Path)) else model
+    signature = input_signature(model, shape)
+    if is_static_signature(signature):
+        static_shape = {name: t.shape for name, t in signature.items()} if shape else None
+        try:
+            mod = from_onnx(source, shape=static_shape, memory_limit=memory_limit)
+        except ValueNotStaticError as error:
+            value_inputs = error.inputs
+        else:
+            return compile_module(mod)
+    else:
+        value_inputs = _probe(source, signature, memory_limit)
+    builder = _Builder(source, compile_module, memory_limit)
+    return SpecializedModel(signature, builder, value_inputs=value_inputs, target=target)
+
+
+def _probe(source, signature: dict[str, SymbolicTensorType], memory_limit: int | None) -> tuple[str, ...]:
+    """Import at a small shape inside the bounds: an unsupported op or dtype raises now, not on the
+    first run; a parameter computed from inputs names the inputs to specialise on. Other errors at the
+    probe shape (a reshape that only fits other sizes) are left for the real shapes to raise."""
+    from ..frontend.onnx import ValueNotStaticError, from_onnx
+    if any(t.shape is None for t in signature.values()):
+        return ()
+    shapes = {name: tuple(d.lower if isinstance(d, Dim) else d for d in t.shape) for name, t in signature.items()}
+    try:
+        from_onnx(source, shape=shapes, memory_limit=memory_limit)
+    except ValueNotStaticError as error:
+        return error.inputs
+    except (UnsupportedOpError, DTypeError):
+        raise
+    except TensorkilnError:
+        pass
+    return ()
+
+
+class _Builder:
+    """Imports and compiles the model for concrete input shapes, binding the value inputs as constants;
+    a parameter that turns out to depend on more inputs binds those too and imports again."""
+
+    def __init__(self, source, compile_module: Callable, memory_limit: int | None) -> None:
+        self.source = source
+        self.compile_module = compile_module
+        self.memory_limit = memory_limit
+
+    def __call__(self, arrays: dict[str, np.ndarray], value_inputs: tuple[str, ...]) -> Specialization:
+        from ..frontend.onnx import ValueNotStaticError, from_onnx
+        bound = list(value_inputs)
+        while True:
+            constants = {name: arrays[name] for name in bound}
+            shapes = {name: a.shape for name, a in arrays.items() if name not in constants}
+            try:
+                mod = from_onnx(self.source, shape=shapes, constants=constants, memory_limit=self.memory_limit)
+            except ValueNotStaticError as error:
+                new = [name for name in error.inputs if name in arrays and name not in bound]
+                if not new:
+                    raise
+                bound.extend(new)
+                continue
+            return Specialization(self.compile_module(mod), tuple(bound))
