@@ -17,6 +17,7 @@ from .fold_constants import fold_constants
 from .fold_scale_axis import fold_scale_axis
 from .fuse_ops import fuse_ops, group_each_op
 from .simplify_inference import simplify_inference
+from .mixed_precision import MixedPrecisionPolicy, to_mixed_precision  # noqa: F401  (registers the pass)
 
 # Ordering (each pass keeps the graph well typed; opt levels gate them, see each file):
 # - simplify_inference first: batch_norm becomes multiply/add on constants and, through
@@ -37,6 +38,7 @@ GRAPH_PIPELINE: tuple[str, ...] = (
     "fold_scale_axis",
     "eliminate_dead_code",
     "eliminate_common_subexpr",
+    "to_mixed_precision",   # only when PassContext(config={"to_mixed_precision": {"dtype": ...}}) asks
     "alter_layout",
     "cancel_layout_transforms",
     "fold_constants",
