@@ -53,6 +53,7 @@ def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[st
     attrs: list = []
     if lowering.intrinsics:
         attrs.append((n.TENSOR_INTRINSICS_ATTR, tuple(lowering.intrinsics)))
+    attrs.extend(_memory_attrs(schedule, lowering))
     func = n.PrimFunc(name, tuple(lowering.params), body, tuple(attrs))
     context = context or PassContext()
     if disabled:
@@ -66,6 +67,32 @@ def lower(schedule, args: Sequence, name: str = "main", *, disabled: Sequence[st
     if threads:
         func = n.PrimFunc(func.name, func.params, func.body, (*func.attrs, ("thread_extents", threads)))
     return func
+
+
+def _memory_attrs(schedule: Schedule, lowering: ScheduleLowering) -> list:
+    """("array_partition", ((buffer, kind, factor), ...)), ("stream", ((buffer, depth), ...)) and
+    ("dataflow", True) from the schedule's partition / stream / dataflow primitives."""
+    partitions, streams = [], []
+    for stage in schedule.stages:
+        if stage.partition_spec is None and stage.stream_depth is None:
+            continue
+        info = lowering.info_of(stage.op.output(0))
+        buffer = info.buffer if info is not None else None
+        if buffer is None:
+            raise ScheduleError(f"stage {stage.name}: partition/stream need a buffer, but the stage was inlined "
+                                "(compute_inline) or is not used; compute it at the root or at a loop instead")
+        if stage.partition_spec is not None:
+            partitions.append((buffer.name, *stage.partition_spec))
+        if stage.stream_depth is not None:
+            streams.append((buffer.name, stage.stream_depth))
+    attrs: list = []
+    if partitions:
+        attrs.append(("array_partition", tuple(partitions)))
+    if streams:
+        attrs.append(("stream", tuple(streams)))
+    if schedule.is_dataflow:
+        attrs.append(("dataflow", True))
+    return attrs
 
 
 def _thread_extents(stmt) -> tuple:

@@ -26,6 +26,7 @@ from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, tensors_of
 __all__ = ["Schedule", "Stage", "create_schedule", "SplitRelation", "FuseRelation", "IterAttr"]
 
 SCOPES = ("global", "shared", "local", "warp")
+PARTITION_KINDS = ("complete", "cyclic", "block")
 
 
 def _as_int(value) -> int | None:
@@ -78,6 +79,8 @@ class Stage:
         self.attach_ivar: IterVar | None = None
         self.scope = "global"
         self.storage_aligns: dict[IterVar, tuple[int, int]] = {}
+        self.partition_spec: tuple[str, int | None] | None = None   # (kind, factor) of its buffer
+        self.stream_depth: int | None = None                          # its buffer is a FIFO of this depth
         self.is_output = False
 
     def __repr__(self) -> str:
@@ -211,9 +214,68 @@ class Stage:
         attr.kind = kind
         self._record(record_type(self.name, iv.name))
 
-    def unroll(self, axis) -> None:
-        """Unroll the loop (small constant extents are unrolled in the IR, larger ones are marked)."""
-        self._annotate(axis, n.ForKind.UNROLLED, "unroll", tr.Unroll)
+    def unroll(self, axis, factor: int | None = None) -> None:
+        """Unroll the loop (small constant extents are unrolled in the IR, larger ones are marked).
+
+        With `factor`, unroll it partially: the loop stays a loop annotated ("unroll_factor",
+        factor) for targets that replicate its body that many times (HLS `UNROLL factor=`).
+        """
+        if factor is None:
+            self._annotate(axis, n.ForKind.UNROLLED, "unroll", tr.Unroll)
+            return
+        iv = self._axis(axis, "unroll")
+        if _as_int(factor) is None or factor <= 0:
+            raise self._error("unroll", f"factor={to_python(factor)!r} must be a positive integer", iv)
+        self._attr(iv).pragmas.append(("unroll_factor", int(factor)))
+        self._record(tr.Unroll(self.name, iv.name, int(factor)))
+
+    def pipeline(self, axis, ii: int = 1) -> None:
+        """Pipeline the loop: start one iteration every `ii` cycles (initiation interval).
+
+        Lowers to the loop annotation ("pipeline", ii), which spatial targets (HLS `PIPELINE II=`)
+        read; targets without pipelines ignore it.
+        """
+        iv = self._axis(axis, "pipeline")
+        if _as_int(ii) is None or ii <= 0:
+            raise self._error("pipeline", f"ii={to_python(ii)!r} must be a positive integer", iv)
+        self._attr(iv).pragmas.append(("pipeline", int(ii)))
+        self._record(tr.Pipeline(self.name, iv.name, int(ii)))
+
+    def loop_tripcount(self, axis, min: int, max: int, avg: int | None = None) -> None:
+        """Tell estimators how many iterations a loop of unknown extent runs (annotation
+        ("loop_tripcount", (min, max, avg)); HLS `LOOP_TRIPCOUNT`). `avg` defaults to the midpoint."""
+        iv = self._axis(axis, "loop_tripcount")
+        avg = (min + max) // 2 if avg is None and _as_int(min) is not None and _as_int(max) is not None else avg
+        values = tuple(_as_int(v) for v in (min, max, avg))
+        if None in values or not 0 <= values[0] <= values[2] <= values[1]:
+            raise self._error("loop_tripcount", f"min={to_python(min)!r}, max={to_python(max)!r}, "
+                              f"avg={to_python(avg)!r} must be integers with 0 <= min <= avg <= max", iv)
+        self._attr(iv).pragmas.append(("loop_tripcount", values))
+        self._record(tr.LoopTripcount(self.name, iv.name, *values))
+
+    def partition(self, kind: str = "complete", factor: int | None = None) -> None:
+        """Split the stage's buffer into banks that are read in parallel (HLS `ARRAY_PARTITION`):
+        "complete" (one register per element), or "cyclic" / "block" into `factor` banks.
+        Lowers to the PrimFunc attribute ("array_partition", ((buffer, kind, factor), ...))."""
+        if kind not in PARTITION_KINDS:
+            raise self._error("partition", f"unknown kind {kind!r}; use one of {', '.join(PARTITION_KINDS)}")
+        if kind == "complete" and factor is not None:
+            raise self._error("partition", "a complete partition takes no factor; use cyclic or block for banks")
+        if kind != "complete" and (_as_int(factor) is None or factor < 2):
+            raise self._error("partition", f"a {kind} partition needs factor >= 2, got {to_python(factor)!r}")
+        self.partition_spec = (kind, None if factor is None else int(factor))
+        self._record(tr.Partition(self.name, kind, self.partition_spec[1]))
+
+    def stream(self, depth: int = 2) -> None:
+        """Pass the stage's buffer from producer to consumer as a FIFO of `depth` elements instead
+        of an array (HLS `hls::stream` in a dataflow region); written and read once, in order.
+        Lowers to the PrimFunc attribute ("stream", ((buffer, depth), ...))."""
+        if self.is_output:
+            raise self._error("stream", "it is an output of the schedule; only intermediate stages can stream")
+        if _as_int(depth) is None or depth <= 0:
+            raise self._error("stream", f"depth={to_python(depth)!r} must be a positive integer")
+        self.stream_depth = int(depth)
+        self._record(tr.Stream(self.name, self.stream_depth))
 
     def vectorize(self, axis) -> None:
         """Turn the loop into vector code (stays a VECTORIZED loop when accesses are not contiguous)."""
@@ -340,6 +402,7 @@ class Schedule:
         self._names: dict[Operation, str] = {}
         self._trace: list = []
         self._recording = True
+        self.is_dataflow = False
         # Names are claimed in producer-to-consumer order, so the same compute built afresh
         # gets the same names and a trace replays onto it unambiguously.
         for op in _post_order(outputs):
@@ -352,6 +415,12 @@ class Schedule:
     @property
     def trace(self) -> tuple:
         return tuple(self._trace)
+
+    def dataflow(self) -> None:
+        """Run the root stages as concurrent processes connected by their buffers (HLS `DATAFLOW`):
+        the PrimFunc attribute ("dataflow", True). Pair it with `s[B].stream(depth)` on intermediates."""
+        self.is_dataflow = True
+        self._record(tr.Dataflow())
 
     def _record(self, record) -> None:
         if self._recording:

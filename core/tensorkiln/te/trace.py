@@ -28,7 +28,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Record", "Split", "Fuse", "Reorder", "Tile", "Unroll", "Vectorize", "Parallel",
            "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "StorageAlign",
-           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "replay", "to_json", "from_json"]
+           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "Pipeline", "LoopTripcount", "Partition", "Stream",
+           "Dataflow", "replay", "to_json", "from_json"]
 
 
 class Record:
@@ -88,9 +89,63 @@ class Tile(Record):
 class Unroll(Record):
     stage: str
     axis: str
+    factor: int | None = None
 
     def apply(self, s):
-        return s[self.stage].unroll(self.axis)
+        return s[self.stage].unroll(self.axis, self.factor)
+
+    def to_dict(self) -> dict:
+        data = super().to_dict()
+        if self.factor is None:   # a full unroll stores as it did before factors existed
+            del data["factor"]
+        return data
+
+
+@dataclass(frozen=True)
+class Pipeline(Record):
+    stage: str
+    axis: str
+    ii: int = 1
+
+    def apply(self, s):
+        return s[self.stage].pipeline(self.axis, self.ii)
+
+
+@dataclass(frozen=True)
+class LoopTripcount(Record):
+    stage: str
+    axis: str
+    min: int
+    max: int
+    avg: int
+
+    def apply(self, s):
+        return s[self.stage].loop_tripcount(self.axis, self.min, self.max, self.avg)
+
+
+@dataclass(frozen=True)
+class Partition(Record):
+    stage: str
+    kind: str = "complete"
+    factor: int | None = None
+
+    def apply(self, s):
+        return s[self.stage].partition(self.kind, self.factor)
+
+
+@dataclass(frozen=True)
+class Stream(Record):
+    stage: str
+    depth: int
+
+    def apply(self, s):
+        return s[self.stage].stream(self.depth)
+
+
+@dataclass(frozen=True)
+class Dataflow(Record):
+    def apply(self, s):
+        return s.dataflow()
 
 
 @dataclass(frozen=True)
@@ -219,7 +274,8 @@ class SetScope(Record):
 
 _RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Split, Fuse, Reorder, Tile, Unroll, Vectorize, Parallel, ComputeAt, ComputeInline, ComputeRoot, Bind,
-    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope)}
+    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, Pipeline, LoopTripcount, Partition, Stream,
+    Dataflow)}
 
 
 def record_from_dict(data: Mapping) -> Record:
