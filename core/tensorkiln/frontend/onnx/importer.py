@@ -26,6 +26,7 @@ from ...ir.memory import check_tensor_fits, physical_memory_bytes
 from .converters import CONVERTERS
 from .functions import function_for, function_key, has_function, inline, static_body
 from .node import OnnxNode
+from .subgraph import SubgraphScope
 from .validate import check_outputs, check_structure, check_with_onnx
 
 __all__ = ["from_onnx", "supported_ops"]
@@ -266,8 +267,9 @@ def _attributes(node, onnx) -> dict[str, Any]:
     attrs = {}
     for attribute in node.attribute:
         if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-            raise UnsupportedOpError(f"ONNX node {node.name!r} ({node.op_type}) has a subgraph attribute "
-                                     f"{attribute.name!r}; control flow is not supported")
+            # the GraphProto itself: the converter converts it in a scope of its own (subgraph.py)
+            attrs[attribute.name] = attribute.g if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs)
+            continue
         try:
             value = onnx.helper.get_attribute_value(attribute)
             if isinstance(value, bytes):
@@ -300,7 +302,8 @@ def _convert_node(onnx_node, values: dict[str, Expr], opsets: dict[str, int], co
         return
     opset = opsets[""]
     node = OnnxNode(onnx_node.op_type, onnx_node.name, inputs, _attributes(onnx_node, onnx), opset,
-                    len(onnx_node.output), list(onnx_node.output), context.memory_limit)
+                    len(onnx_node.output), list(onnx_node.output), context.memory_limit,
+                    SubgraphScope(values, opsets, context, depth))
     try:
         result = CONVERTERS[_op_key(onnx_node)](node)
     except TensorkilnError:

@@ -43,6 +43,7 @@ class OnnxNode:
     num_outputs: int
     output_names: list[str] = field(default_factory=list)
     memory_limit: int | None = None  # bytes one tensor may take; checked before anything is built or folded
+    scope: Any = None  # the importer's SubgraphScope: converts the subgraphs of If/Loop/Scan (control_flow.py)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
