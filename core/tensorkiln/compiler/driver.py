@@ -18,6 +18,7 @@ from ..ir.memory import physical_memory_bytes
 from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrument, current_pass_context, group_each_op
 from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
+from .control_flow import compile_control_steps, control_call, fold_constant_conditions
 from .memory_limit import check_planned_memory, check_tensor_sizes
 from .lower_groups import GroupKernel, group_name, lower_group
 from .schedule_plan import schedule_plan
@@ -136,7 +137,13 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     if isinstance(tuning_db, (str, Path)):
         raise TypeError(f"tuning_db={str(tuning_db)!r}: pass an open database, "
                         f"tensorkiln.tune.Database({str(tuning_db)!r})")
-    kernels, names = _lower_all(calls, target, tuning_db, context=context)
+    kernels, names = _lower_all([c for c in calls if control_call(c.op) is None], target, tuning_db, context=context)
+    # If/Loop/Scan: each body compiled as a model of its own, the group a host step of the plan
+    programs, program_names = compile_control_steps(
+        [c for c in calls if control_call(c.op) is not None],
+        lambda body: compile(body, target, strict=strict, context=context, memory_limit=memory_limit,
+                             tuning_db=tuning_db))
+    names.update(program_names)
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
     artifacts, target_objects = {}, {}
@@ -144,6 +151,8 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         resolved = registry().target(target_text)
         artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
         target_objects[target_text] = resolved
+    if programs:   # host steps use the target's loader for their buffers, even with no kernel of it
+        target_objects.setdefault(str(target), target)
     plan, constants = build_plan(mod.main, names, str(target))
     # Memory-aware step order, concurrent levels (where every target allows it) and storages.
     if concurrent is None:
@@ -155,7 +164,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         plan=plan, constants=constants, artifacts=artifacts, target_objects=target_objects, target=str(target),
         ops_before_fusion=ops_before, pass_times=dict(timing.times),
         skipped_passes={s.name: s.reason for s in skipped},
-        compile_seconds=time.perf_counter() - start, graph=mod, strategies=strategies)
+        compile_seconds=time.perf_counter() - start, graph=mod, strategies=strategies, host_programs=programs)
 
 
 def _partition(mod: Module, target: Target, context: PassContext, strict: bool) -> tuple[Module, tuple]:
@@ -163,7 +172,7 @@ def _partition(mod: Module, target: Target, context: PassContext, strict: bool) 
     launch, and the passes that were skipped."""
     plugin_passes = registry().call("tensorkiln_passes", target)
     manager = PassManager(context, target)
-    mod = manager.run(mod, (*_pipeline(context), *plugin_passes))
+    mod = fold_constant_conditions(manager.run(mod, (*_pipeline(context), *plugin_passes)))
     mod = place_ops(mod, target, strict=strict)
     # Fusion runs after placement so a group never mixes targets.
     fuse_manager = PassManager(context, target)

@@ -15,6 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from ..graph import Call, Expr, Function, Module, post_order, with_operands
+from ..graph.ops.control_flow import is_control_flow
 from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType, TupleType
 from ..ir.errors import UnsupportedOpError
@@ -121,6 +122,9 @@ def place_ops(mod: Module, target: Target, strict: bool = False) -> Module:
     fallbacks = None
     for node in post_order(mod.main.body):
         if not (isinstance(node, Call) and isinstance(node.op, Op)):
+            continue
+        if is_control_flow(node.op):   # a host step around compiled bodies (compiler/control_flow.py)
+            placement.by_call[id(node)] = str(target)
             continue
         if node.op.compute is None:
             _ensure_computes()

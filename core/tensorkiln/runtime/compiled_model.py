@@ -30,7 +30,8 @@ class CompiledModel:
     def __init__(self, *, plan: ExecutionPlan, constants: dict[int, np.ndarray], artifacts: dict[str, Artifact],
                  target_objects: dict[str, Target], target: str, ops_before_fusion: int = 0,
                  pass_times: dict[str, float] | None = None, compile_seconds: float = 0.0, graph=None,
-                 skipped_passes: dict[str, str] | None = None, strategies: dict[str, dict] | None = None) -> None:
+                 skipped_passes: dict[str, str] | None = None, strategies: dict[str, dict] | None = None,
+                 host_programs: dict[str, Any] | None = None) -> None:
         self.plan = plan
         self.constants = constants
         self.artifacts = artifacts
@@ -42,6 +43,7 @@ class CompiledModel:
         self.compile_seconds = compile_seconds
         self.strategies = dict(strategies or {})
         self.graph = graph
+        self.host_programs = dict(host_programs or {})   # plan steps run on the host: If/Loop/Scan
         self._loaded: dict[str, Any] = {}
         self._executor: GraphExecutor | None = None
 

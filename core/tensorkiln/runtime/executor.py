@@ -27,6 +27,7 @@ import numpy as np
 from ..ir.dtypes import from_numpy, to_numpy
 from ..ir.errors import RuntimeLaunchError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
+from .control_flow import host_step
 
 __all__ = ["GraphExecutor"]
 
@@ -108,8 +109,11 @@ class GraphExecutor:
     def __init__(self, compiled) -> None:
         self.compiled = compiled
         self.plan = compiled.plan
-        self.loaders = {t: compiled.target_objects[t].spec.loader for t in compiled.artifacts}
-        self._functions = [compiled.loaded_module(step.target).get_function(step.kernel) for step in self.plan.steps]
+        self.loaders = {t: compiled.target_objects[t].spec.loader for t in compiled.target_objects}
+        programs = getattr(compiled, "host_programs", {})
+        self._functions = [host_step(programs[step.kernel], self.loaders[step.target]) if step.kernel in programs
+                           else compiled.loaded_module(step.target).get_function(step.kernel)
+                           for step in self.plan.steps]
         self.arena_sizes: dict[str, int] = {}
         for storage in self.plan.storages:
             self.arena_sizes[storage.target] = max(self.arena_sizes.get(storage.target, 0),

@@ -89,6 +89,9 @@ def save(model, path, key: bytes | None = None) -> None:
         lib = tk.runtime.load("model.tkpkg")
         tk.runtime.save(lib, "model.tkpkg", key=secret)   # signed: load(..., key=secret) checks it
     """
+    if getattr(model, "host_programs", None):
+        raise ArtifactError(f"this model has control flow ({', '.join(sorted(model.host_programs))}), whose "
+                            "compiled bodies a package cannot hold yet; keep the CompiledModel in memory")
     entries: dict[str, bytes] = {}
     artifacts = {}
     targets = {}
