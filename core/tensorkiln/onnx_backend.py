@@ -42,12 +42,18 @@ class TensorkilnBackend(Backend):
 
     @classmethod
     def prepare(cls, model, device: str = "CPU", **kwargs: Any) -> TensorkilnBackendRep:
-        """Compile `model`. Optional kwargs: shape= and constants= (as for from_onnx), target=, opt_level=."""
+        """Compile `model`. Optional kwargs: shape= and constants= (as for from_onnx), target=, opt_level=.
+
+        Without constants= the model goes to `tk.compile` as it is: symbolic dimensions, and
+        parameters (axes, pads, shapes) computed from graph inputs, are specialised at run time.
+        """
         import tensorkiln as tk
 
         super().prepare(model, device, **kwargs)
-        mod = tk.frontend.from_onnx(model, shape=kwargs.get("shape"), constants=kwargs.get("constants"))
-        compiled = tk.compile(mod, target=kwargs.get("target", cls.target), opt_level=kwargs.get("opt_level"))
+        target, opt_level = kwargs.get("target", cls.target), kwargs.get("opt_level")
+        if kwargs.get("constants"):
+            model = tk.frontend.from_onnx(model, shape=kwargs.get("shape"), constants=kwargs["constants"])
+        compiled = tk.compile(model, target=target, opt_level=opt_level, shape=kwargs.get("shape"))
         return TensorkilnBackendRep(compiled)
 
     @classmethod
