@@ -40,6 +40,8 @@ SCHEDULE_PRIMITIVES = (
     "split", "fuse", "reorder", "tile", "unroll", "vectorize", "parallel", "compute_at",
     "compute_inline", "compute_root", "bind", "pragma", "storage_align", "tensorize",
     "cache_read", "cache_write",
+    # spatial (FPGA HLS) primitives: loop pipelining and the memory of a dataflow design
+    "pipeline", "loop_tripcount", "partition", "stream", "dataflow",
 )
 MEMORY_SCOPES = ("global", "shared", "local")
 DEVICE_KINDS = ("cpu", "gpu", "fpga", "accelerator", "simulator")
