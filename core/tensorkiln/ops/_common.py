@@ -43,11 +43,11 @@ def broadcast_indices(out_indices: Sequence, in_shape: Sequence[int], out_shape:
 
 
 def accumulate_dtype(dtype: str) -> str:
-    """The dtype reductions accumulate in, as the numpy references do: float16 in float32.
+    """The dtype reductions accumulate in, as the numpy references do: float16 and bfloat16 in float32.
 
     Integer sums wrap identically in their own width (modular arithmetic), so they keep it.
     """
-    return "float32" if dtype == "float16" else dtype
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 def const_like(value, dtype: str) -> n.PrimExpr:

@@ -12,7 +12,7 @@ The ABI, as C::
       const int64_t* shape;       // ndim extents
       const int64_t* strides;     // element strides, or NULL when the array is C-contiguous
       int32_t        ndim;        // 0 for scalar parameters
-      uint8_t        dtype_code;  // DTYPE_CODES: 0 int, 1 uint, 2 float, 3 bool, 4 handle
+      uint8_t        dtype_code;  // DTYPE_CODES: 0 int, 1 uint, 2 float, 3 bool, 4 handle, 5 bfloat
       uint8_t        dtype_bits;
       uint16_t       dtype_lanes;
       union { int64_t i; double f; } value;  // scalar parameters: ints in .i, floats in .f
@@ -77,7 +77,7 @@ class TKArg(ctypes.Structure):
     ]
 
 
-DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bool": 3, "handle": 4}
+DTYPE_CODES = {"int": 0, "uint": 1, "float": 2, "bool": 3, "handle": 4, "bfloat": 5}
 
 ERROR_NARGS = 1
 """Returned when nargs differs from the kernel's parameter count."""

@@ -35,6 +35,9 @@ def scalar_type(dtype: str, in_memory: bool = False) -> ir.Type:
         return I8 if in_memory else I1
     if parsed.kind == "float":
         return _FLOATS[parsed.bits]
+    if parsed.kind == "bfloat":
+        from .lowp import BFLOAT   # bfloat16: 16-bit storage, float32 arithmetic (lowp.py)
+        return BFLOAT
     return ir.IntType(parsed.bits)
 
 

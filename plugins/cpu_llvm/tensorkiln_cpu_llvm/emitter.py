@@ -31,6 +31,7 @@ from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_
 from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, declare, value_type
 from .host import MachineConfig, machine_config, target_machine
+from .lowp import add_bfloat_runtime
 from .stmts import FunctionCodegen
 
 __all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
@@ -144,6 +145,8 @@ class LLVMEmitter(Emitter):
         machine = target_machine(config)
         module = self._build_module(funcs, target, config, machine)
         unoptimized = str(module.llvm_module)
+        if "bfloat" in unoptimized and add_bfloat_runtime(module.llvm_module):   # see lowp.py
+            unoptimized = str(module.llvm_module)
         parsed = _parse(unoptimized, f"the module for {names}")
         self._link_intrinsics(parsed, module.linker)
         if config.opt_level:

@@ -269,7 +269,7 @@ class ExprCodegen(tir.ExprFunctor):
 
     def _masked_intrinsic(self, kind: str, vector_type: ir.Type) -> ir.Function:
         element = vector_type.element
-        name_suffix = {ir.FloatType: "f32", ir.DoubleType: "f64", ir.HalfType: "f16"}.get(type(element))
+        name_suffix = getattr(element, "intrinsic_name", None) if not isinstance(element, ir.IntType) else None
         suffix = f"v{vector_type.count}{name_suffix or f'i{element.width}'}.p0"
         mask_type = ir.VectorType(I1, vector_type.count)
         pointer_type = vector_type.as_pointer()
