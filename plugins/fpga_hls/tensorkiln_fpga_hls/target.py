@@ -1,8 +1,9 @@
 """The fpga_hls TargetSpec: the validated manifest plus this plugin's emitter and loader."""
 from tensorkiln.sdk import TargetSpec, load_manifest
 
+from .device import FPGALoader
+from .emitter import HLSEmitter
+
 MANIFEST = load_manifest(__file__)
 
-# No emitter or loader yet: the manifest says available = false with the reason,
-# and compiling for fpga_hls raises a clear "not available yet" error.
-FPGA_HLS = TargetSpec(manifest=MANIFEST)
+FPGA_HLS = TargetSpec(manifest=MANIFEST, emitter=HLSEmitter(), loader=FPGALoader())
