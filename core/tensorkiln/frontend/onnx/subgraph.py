@@ -112,6 +112,26 @@ class SubgraphScope:
         return Subgraph(params, outputs, scope.captured)
 
 
+    def child(self) -> "SubgraphScope":
+        """A scope whose values are this one's seen through a non-capturing CaptureScope (to bind
+        a subgraph's inputs to values and convert its nodes in place, see convert_inline)."""
+        return SubgraphScope(CaptureScope(self.values, capture=False), self.opsets, self.context, self.depth)
+
+    def convert_inline(self, graph, where: str = "") -> list[Any]:
+        """Convert `graph`'s nodes with its inputs already bound in this scope's values; its outputs."""
+        import onnx
+        from .importer import _check_supported, _convert_node, _tensor_to_array
+        for tensor in graph.initializer:
+            self.values[tensor.name] = Constant(_tensor_to_array(tensor))
+        _check_supported(graph.node, self.opsets, self.context, f" (in the subgraph of {where})")
+        for node in graph.node:
+            _convert_node(node, self.values, self.opsets, self.context, onnx, self.depth)
+        missing = [output.name for output in graph.output if output.name not in self.values]
+        if missing:
+            raise FrontendError(f"{where}: subgraph outputs {missing} are not produced by any node")
+        return [self.values[output.name] for output in graph.output]
+
+
 def union_functions(subgraphs: Sequence[Subgraph]) -> tuple[list[Function], list[Expr]]:
     """Closed Functions of sibling subgraphs (If's branches) over the union of what they capture,
     and the outer values to pass for those parameters."""

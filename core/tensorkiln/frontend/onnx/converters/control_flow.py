@@ -10,7 +10,7 @@ import numpy as np
 from ....graph.expr import Call, Constant, Expr, Function, Var
 from ....graph.registry import get_op
 from ....graph.types import TensorType
-from ....ir.errors import FrontendError
+from ....ir.errors import FrontendError, UnsupportedOpError
 from ..node import OnnxNode
 from ..subgraph import union_functions
 from ._registry import converter
@@ -80,11 +80,29 @@ def convert_loop(node: OnnxNode):
     param_types = [_declared_scalar_type(body_graph.input[0], "int64"),
                    _declared_scalar_type(body_graph.input[1], "bool"),
                    *(v.checked_type for v in carried)]
-    body = node.scope.convert(body_graph, param_types, where=_where(node, "body"))
+    max_trip = int(np.asarray(trip.value).reshape(-1)[0]) if isinstance(trip, Constant) else -1
+    try:
+        body = node.scope.convert(body_graph, param_types, where=_where(node, "body"))
+    except UnsupportedOpError as error:
+        # the body needs a value it computes from the iteration count (a Slice start, ...) statically:
+        # with a static trip count the loop unrolls, each iteration's count a constant
+        unrolled = _unroll(node, body_graph, param_types, max_trip, cond, carried)
+        if unrolled is not None:
+            return unrolled
+        body_names = {value_info.name for value_info in body_graph.input}
+        if set(getattr(error, "inputs", ())) & body_names:
+            # the loop would unroll with these known: ask for them (a caller may specialise on them)
+            if trip is not None and max_trip < 0:
+                node.const(0, "the trip count of a Loop whose body needs its iteration count statically")
+            if cond is not None and max_trip <= UNROLL_LIMIT:
+                node.const(1, "the condition of a Loop whose body needs its iteration count statically")
+            raise node.unsupported(f"its body needs a value known at import time that it computes from the "
+                                   f"iteration count or a carried value ({error}); a static trip count "
+                                   f"<= {UNROLL_LIMIT} with a constant condition unrolls such a loop") from None
+        raise
     _check_tensor_outputs(node, [body])
     (function,), captured = union_functions([body])
     num_scans = len(body.outputs) - 1 - len(carried)
-    max_trip = int(np.asarray(trip.value).reshape(-1)[0]) if isinstance(trip, Constant) else -1
     if num_scans and max_trip < 0:
         if trip is None:
             raise node.unsupported("a Loop with scan outputs and no trip count has outputs whose length "
@@ -95,6 +113,42 @@ def convert_loop(node: OnnxNode):
     result = node.call("loop", trip_arg, cond_arg, *carried, *captured, body=function, num_carried=len(carried),
                        max_trip_count=max_trip, has_trip_count=trip is not None, has_cond=cond is not None)
     return _results(result, len(carried) + num_scans)
+
+
+UNROLL_LIMIT = 64
+"""A Loop whose body needs its iteration count statically unrolls up to this many iterations."""
+
+
+def _unroll(node: OnnxNode, body_graph, param_types, max_trip: int, cond: Expr | None, carried: list):
+    """The Loop's results with its body converted once per iteration (iteration count and condition
+    constants), or None when it cannot unroll: no static trip count, too many iterations, or a
+    condition only the run decides."""
+    if not 0 <= max_trip <= UNROLL_LIMIT or (cond is not None and not isinstance(cond, Constant)):
+        return None
+    keep_going = cond is None or bool(np.asarray(cond.value).reshape(-1)[0])
+    scans: list[list[Expr]] = []
+    for iteration in range(max_trip):
+        if not keep_going:
+            break
+        scope = node.scope.child()
+        values = [Constant(np.full(param_types[0].shape, iteration, np.int64)),
+                  Constant(np.full(param_types[1].shape, keep_going)), *carried]
+        for value_info, value in zip(body_graph.input, values):
+            scope.values[value_info.name] = value
+        outputs = scope.convert_inline(body_graph, where=_where(node, f"body (iteration {iteration})"))
+        if not isinstance(outputs[0], Constant):
+            return None
+        keep_going = bool(np.asarray(outputs[0].value).reshape(-1)[0])
+        carried = outputs[1:1 + len(carried)]
+        for index, element in enumerate(outputs[1 + len(carried):]):
+            if index == len(scans):
+                scans.append([])
+            scans[index].append(node.call("expand_dims", element, axis=0))
+    num_scans = len(body_graph.output) - 1 - len(carried)
+    if num_scans and not all(scans[:num_scans]):
+        raise node.unsupported("a Loop that runs no iteration has scan outputs of unknown shape")
+    stacked = [items[0] if len(items) == 1 else node.call("concatenate", *items, axis=0) for items in scans]
+    return (*carried, *stacked)
 
 
 @converter("Scan")
