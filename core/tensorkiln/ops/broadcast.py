@@ -72,79 +72,30 @@ def _fmod(a, b):
     return a - n.Div(a, divisor) * divisor  # 0 where b is 0 or -1, as numpy's fmod
 
 
-# ---- bitwise ops from integer arithmetic -------------------------------------------------
-# tir has no bitwise nodes (reported to the tir owner: BitAnd/BitOr/BitXor/Shl/Shr); until
-# then each bit is extracted with floor division, which gives two's-complement bits for
-# negative values too, and the result is summed back with the bit weights. The arithmetic
-# runs in a wider signed type and is cast back, which wraps exactly like the bit operation.
+# ---- bitwise ops and shifts ---------------------------------------------------------------
+# tir's bit nodes need integer operands and shift amounts in [0, bits); numpy (the reference)
+# defines every amount: a left shift by >= bits or by a negative amount gives 0, a right shift
+# gives the sign fill (0 or -1). The amount is clamped into range and a select picks that result.
 
-def _wide(dtype: str) -> str:
-    return "int64" if dtype_of(dtype).bits >= 32 else "int32"
-
-
-def _bit(value, k: int, bits: int, signed: bool):
-    if signed and k == bits - 1:
-        return select(value < 0, const_like(1, value.dtype), const_like(0, value.dtype))
-    return n.FloorMod(n.FloorDiv(value, const_like(1 << k, value.dtype)), const_like(2, value.dtype))
-
-
-def _bitwise(combine: Callable) -> Callable:
+def _bitwise(node: type, logical: Callable) -> Callable:
     def apply(a, b):
-        parsed = dtype_of(a.dtype)
-        if parsed.is_bool:
-            return combine(a, b, boolean=True)
-        wide = _wide(a.dtype)
-        a, b = te.cast(a, wide), te.cast(b, wide)
-        total = const_like(0, wide)
-        for k in range(parsed.bits):
-            weight = -(1 << k) if parsed.is_signed and k == parsed.bits - 1 else 1 << k
-            bit = combine(_bit(a, k, parsed.bits, parsed.is_signed), _bit(b, k, parsed.bits, parsed.is_signed))
-            total = total + bit * const_like(weight, wide)
-        return te.cast(total, parsed.element)
+        return logical(a, b) if dtype_of(a.dtype).is_bool else node(a, b)
     return apply
 
 
-def _bit_and(x, y, boolean=False):
-    return n.And(x, y) if boolean else x * y
-
-
-def _bit_or(x, y, boolean=False):
-    return n.Or(x, y) if boolean else x + y - x * y
-
-
-def _bit_xor(x, y, boolean=False):
-    return n.NE(x, y) if boolean else (x + y) % 2
-
-
-def _power_of_two(amount, dtype: str, bits: int):
-    """2**amount for 0 <= amount < bits - 1, as a select chain (no integer pow in tir)."""
-    result = const_like(0, dtype)
-    for k in reversed(range(bits - 1)):
-        result = select(amount.equal(const_like(k, amount.dtype)), const_like(1 << k, dtype), result)
-    return result
-
-
-def _left_shift(a, b):
-    dtype, bits = a.dtype, dtype_of(a.dtype).bits
-    wide = _wide(dtype)
-    a, b = te.cast(a, wide), te.cast(b, wide)
-    # 2**(bits-1) may not fit `wide` (int64): shift by bits-2 and double
-    top = a * const_like(1 << (bits - 2), wide) * const_like(2, wide)
-    shifted = select(b.equal(const_like(bits - 1, wide)), top, a * _power_of_two(b, wide, bits))
-    # numpy semantics: a shift by >= the width, or by a negative amount, gives 0
-    out_of_range = n.Or(b >= const_like(bits, wide), b < const_like(0, wide))
-    return te.cast(select(out_of_range, const_like(0, wide), shifted), dtype)
-
-
-def _right_shift(a, b):
-    dtype, bits = a.dtype, dtype_of(a.dtype).bits
-    wide = _wide(dtype)
-    a, b = te.cast(a, wide), te.cast(b, wide)
-    sign_fill = select(a < 0, const_like(-1, wide), const_like(0, wide))
-    shifted = n.FloorDiv(a, te.max(_power_of_two(b, wide, bits), const_like(1, wide)))
-    # numpy semantics: a shift by >= width - 1, or by a negative amount, leaves only the sign
-    saturated = n.Or(b >= const_like(bits - 1, wide), b < const_like(0, wide))
-    return te.cast(select(saturated, sign_fill, shifted), dtype)
+def _shift(node: type) -> Callable:
+    def apply(a, b):
+        bits = dtype_of(a.dtype).bits
+        zero = const_like(0, b.dtype)
+        out_of_range = n.Or(b >= const_like(bits, b.dtype), b < zero) if dtype_of(b.dtype).is_signed \
+            else b >= const_like(bits, b.dtype)
+        shifted = node(a, select(out_of_range, zero, b))
+        if node is n.ShiftLeft or not dtype_of(a.dtype).is_signed:
+            overflow = const_like(0, a.dtype)
+        else:
+            overflow = select(a < const_like(0, a.dtype), const_like(-1, a.dtype), const_like(0, a.dtype))
+        return select(out_of_range, overflow, shifted)
+    return apply
 
 
 BINARY_EXPRESSIONS: dict[str, Callable] = {
@@ -156,11 +107,11 @@ BINARY_EXPRESSIONS: dict[str, Callable] = {
     "minimum": lambda a, b: te.min(a, b),
     "mod": _floor_mod,
     "fmod": _fmod,
-    "bitwise_and": _bitwise(_bit_and),
-    "bitwise_or": _bitwise(_bit_or),
-    "bitwise_xor": _bitwise(_bit_xor),
-    "left_shift": _left_shift,
-    "right_shift": _right_shift,
+    "bitwise_and": _bitwise(n.BitAnd, n.And),
+    "bitwise_or": _bitwise(n.BitOr, n.Or),
+    "bitwise_xor": _bitwise(n.BitXor, n.NE),
+    "left_shift": _shift(n.ShiftLeft),
+    "right_shift": _shift(n.ShiftRight),
     "nn.prelu": lambda x, slope: select(x < const_like(0, x.dtype), x * slope, x),
     "equal": lambda a, b: n.EQ(a, b),
     "not_equal": lambda a, b: n.NE(a, b),

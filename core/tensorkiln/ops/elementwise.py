@@ -192,6 +192,9 @@ def activation_compute(op_name: str) -> Callable:
 
 
 def bitwise_not(inputs, attrs, out_type):
-    """~x in two's complement: -x - 1, computed in int64 and wrapped back (tir has no bit operations)."""
+    """~x: x ^ all ones (-1 wraps to the dtype's maximum for unsigned dtypes); `not` for bool."""
     (x,) = inputs
-    return elemwise(x, lambda v: te.cast(const_like(-1, "int64") - te.cast(v, "int64"), x.dtype), "T_bitwise_not")
+    if dtype_of(x.dtype).is_bool:
+        return elemwise(x, n.Not, "T_bitwise_not")
+    ones = n.IntImm(x.dtype, (1 << dtype_of(x.dtype).bits) - 1 if not dtype_of(x.dtype).is_signed else -1)
+    return elemwise(x, lambda v: n.BitXor(v, ones), "T_bitwise_not")

@@ -755,6 +755,8 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
         element = dtype_of(e.dtype)
         if isinstance(e, (tir.Min, tir.Max)):
             return self._min_max(e, a, b)
+        if isinstance(e, tir.BITWISE_OPS):
+            return self._bit_op(e, a, b)
         if isinstance(e, (tir.FloorDiv, tir.FloorMod)):
             is_div = isinstance(e, tir.FloorDiv)
             if element.is_float:
@@ -764,6 +766,15 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
                 return f"({a} {'/' if is_div else '%'} {b})"
             return f"{self._helper('floordiv' if is_div else 'floormod', e.dtype)}({_strip(a)}, {_strip(b)})"
         return f"({a} {e.symbol} {b})"
+
+    def _bit_op(self, e, a, b):
+        """C promotes char and short operands to int: the result is cast back to the dtype. A signed
+        value shifts left through its unsigned type (shifting a negative value left is undefined in C)."""
+        element = dtype_of(e.dtype)
+        t = self.d.type_name(element.element)
+        if isinstance(e, tir.ShiftLeft) and element.is_signed:
+            a = f"({self.d.type_name(f'uint{element.bits}')}){a}"
+        return f"(({t})({a} {e.symbol} {b}))"
 
     def visit_CompareOp(self, e, lane):
         return f"({self.expr(e.a, lane)} {e.symbol} {self.expr(e.b, lane)})"

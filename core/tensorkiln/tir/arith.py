@@ -195,6 +195,8 @@ def _fold(e: n.BinaryOp, x, y):
     if t is n.GT: return x > y
     if t is n.GE: return x >= y
     if t is n.And: return bool(x) and bool(y)
+    if isinstance(e, n.BITWISE_OPS):
+        return _fold_bits(t, x, y, e.dtype)
     if t is n.Or: return bool(x) or bool(y)
     if y == 0:
         return None
@@ -206,6 +208,20 @@ def _fold(e: n.BinaryOp, x, y):
             return q if (x >= 0) == (y >= 0) else -q
         return x / y
     return None
+
+
+def _fold_bits(t: type, x, y, dtype: str):
+    """Python ints are infinite two's complement, so &, |, ^ and >> of in-range values match the
+    machine; << wraps when _imm builds the immediate. Shift amounts outside [0, bits) stay unfolded
+    (undefined in tir, see nodes.ShiftLeft)."""
+    if not (isinstance(x, int) and isinstance(y, int)):
+        return None
+    if t is n.BitAnd: return x & y
+    if t is n.BitOr: return x | y
+    if t is n.BitXor: return x ^ y
+    if not 0 <= y < dtype_of(dtype).bits:
+        return None
+    return x << y if t is n.ShiftLeft else x >> y
 
 
 def _imm(dtype: str, value) -> n.PrimExpr:
@@ -243,6 +259,8 @@ def _simplify_node(e, bounds: Bounds):
                         return y if x else n.IntImm("bool", 0)
                     return n.IntImm("bool", 1) if x else y
             return None
+        if isinstance(e, n.BITWISE_OPS):
+            return None  # only constants fold; the integer rules below are for arithmetic
         if _is_int_scalar(e):
             return _simplify_int(e, bounds)
         # floats and vectors: only identities that are exact

@@ -80,6 +80,16 @@ def _cast(value, np_dtype):
     return np.asarray(value).astype(np_dtype)[()] if np.ndim(value) == 0 else np.asarray(value).astype(np_dtype)
 
 
+def _shift(fn, value, amount, np_dtype):
+    """`fn` (np.left_shift / np.right_shift) in the dtype's width: int32/int64 values may be
+    Python ints here, whose << would not wrap. An amount outside [0, bits) is undefined in tir:
+    it raises rather than mimic one machine's answer."""
+    amount = np.asarray(amount)
+    if np.any((amount < 0) | (amount >= np_dtype.itemsize * 8)):
+        raise InternalError(f"tir shift by {amount} outside [0, {np_dtype.itemsize * 8}) for {np_dtype}")
+    return fn(_cast(value, np_dtype), _cast(amount, np_dtype))
+
+
 def _erf(x):
     arr = np.asarray(x)
     out = np.vectorize(math.erf, otypes=[np.float64])(arr).astype(arr.dtype)
@@ -203,6 +213,24 @@ class _Emitter(StmtFunctor, ExprFunctor):
 
     def visit_FloorMod(self, e):
         return f"({self.expr(e.a)} % {self.expr(e.b)})"
+
+    def visit_BitAnd(self, e):
+        return f"np.bitwise_and({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def visit_BitOr(self, e):
+        return f"np.bitwise_or({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def visit_BitXor(self, e):
+        return f"np.bitwise_xor({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def visit_ShiftLeft(self, e):
+        return f"_shift(np.left_shift, {self.expr(e.a)}, {self.expr(e.b)}, {self._element_type(e)})"
+
+    def visit_ShiftRight(self, e):
+        return f"_shift(np.right_shift, {self.expr(e.a)}, {self.expr(e.b)}, {self._element_type(e)})"
+
+    def _element_type(self, e) -> str:
+        return self.const(to_numpy(dtype_of(e.dtype).element))
 
     def visit_Min(self, e):
         a, b, d = self.expr(e.a), self.expr(e.b), dtype_of(e.dtype)
@@ -364,8 +392,8 @@ def compile_to_python(func: n.PrimFunc, check_bounds: bool = True):
     """Translate `func` to a Python function `program(flat_arrays, intrinsic_runner)`."""
     emitter = _Emitter(func, check_bounds)
     source = emitter.program()
-    namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_math": _MATH, "_alloc": _alloc,
-                 "_checker": _checker, "_select": _select, "_masked_load": _masked_load, **emitter.consts}
+    namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_shift": _shift, "_math": _MATH,
+                 "_alloc": _alloc, "_checker": _checker, "_select": _select, "_masked_load": _masked_load, **emitter.consts}
     exec(compile(source, f"<tir {func.name}>", "exec"), namespace)
     program = namespace["_program"]
     program.source = source

@@ -19,7 +19,8 @@ from ..ir.errors import CompileError
 
 __all__ = [
     "PrimExpr", "IntImm", "FloatImm", "StringImm", "Var", "BinaryOp", "Add", "Sub", "Mul", "Div",
-    "FloorDiv", "FloorMod", "Min", "Max", "CompareOp", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or",
+    "FloorDiv", "FloorMod", "Min", "Max", "BitAnd", "BitOr", "BitXor", "ShiftLeft", "ShiftRight",
+    "BITWISE_OPS", "CompareOp", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or",
     "Not", "Select", "Cast", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
     "Stmt", "Store", "ForKind", "For", "SeqStmt", "IfThenElse", "Allocate", "LetStmt", "Evaluate",
     "Barrier", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
@@ -123,6 +124,22 @@ class FloorDiv(BinaryOp): symbol = "//"
 class FloorMod(BinaryOp): symbol = "%"
 class Min(BinaryOp): symbol = "min"
 class Max(BinaryOp): symbol = "max"
+
+
+# Bit operations on integers of one dtype (never bool or float: logic on bool is And/Or/NE).
+# ~x is BitXor(x, all ones). A shift amount must lie in [0, bits of the dtype), as in C and
+# LLVM (anything else is undefined there); ops that accept other amounts select around it.
+class BitAnd(BinaryOp): symbol = "&"
+class BitOr(BinaryOp): symbol = "|"
+class BitXor(BinaryOp): symbol = "^"
+class ShiftLeft(BinaryOp): symbol = "<<"
+class ShiftRight(BinaryOp):
+    """Arithmetic (sign-filling) for signed dtypes, logical for unsigned ones."""
+    symbol = ">>"
+
+
+BITWISE_OPS = (BitAnd, BitOr, BitXor, ShiftLeft, ShiftRight)
+"""The bit-operation node classes (integer operands only)."""
 
 
 class CompareOp(BinaryOp):

@@ -178,6 +178,24 @@ class ExprCodegen(tir.ExprFunctor):
         a, b = self._binary(node)
         return emit_math_call(self.builder, "max", node.dtype, [a, b])
 
+    # -- bit operations (integers; tir keeps shift amounts in [0, bits)) --------------------------
+
+    def visit_BitAnd(self, node):
+        return self.builder.and_(*self._binary(node))
+
+    def visit_BitOr(self, node):
+        return self.builder.or_(*self._binary(node))
+
+    def visit_BitXor(self, node):
+        return self.builder.xor(*self._binary(node))
+
+    def visit_ShiftLeft(self, node):
+        return self.builder.shl(*self._binary(node))
+
+    def visit_ShiftRight(self, node):
+        a, b = self._binary(node)
+        return self.builder.ashr(a, b) if dtype_of(node.dtype).is_signed else self.builder.lshr(a, b)
+
     # -- comparisons and logic ----------------------------------------------------------------
 
     def _compare(self, node, symbol: str):
