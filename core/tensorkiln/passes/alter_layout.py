@@ -245,8 +245,7 @@ class _Converter:
             weight = Constant(np.ascontiguousarray(weight.value.transpose(permutation)))
         else:
             weight = _transform(weight, "OIHW", self.kernel_layout)
-        new_attrs = call.op.make_attrs(strides=attrs.strides, padding=attrs.padding, dilation=attrs.dilation,
-                                       groups=attrs.groups, data_layout=self.layout, kernel_layout=self.kernel_layout)
+        new_attrs = dataclasses.replace(attrs, data_layout=self.layout, kernel_layout=self.kernel_layout)
         return Call(call.op, (data, weight), new_attrs, call.span)
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ...ir.errors import ShapeError
+from ...ir.errors import DTypeError, ShapeError
 from ..attrs import Attrs
 from ..registry import OpPattern, register_op
 from ..types import TensorType
@@ -46,7 +46,8 @@ class Conv2DAttrs(Attrs):
     groups: int = 1
     data_layout: str = "NCHW"
     kernel_layout: str = "OIHW"
-    _choices = {"data_layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI")}
+    out_dtype: str = ""   # "int32": 8-bit integer inputs accumulate in int32 (as TVM's out_dtype); "" = the inputs'
+    _choices = {"data_layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI"), "out_dtype": ("", "int32")}
 
     def _check(self) -> None:
         _pair_check(self, "strides", "dilation")
@@ -90,7 +91,7 @@ def _conv2d_type_nchw(arg_types, attrs: Conv2DAttrs) -> TensorType:
     if data.ndim != 4 or weight.ndim != 4:
         raise ShapeError(f"nn.conv2d: data {shape_text(data.shape)} (NCHW) and weight {shape_text(weight.shape)} "
                          "(OIHW) must both be 4-D")
-    dtype = same_dtype("nn.conv2d", data, weight)
+    dtype = _accumulated_dtype("nn.conv2d", data, weight, attrs.out_dtype)
     channels = data.shape[1]
     if channels % attrs.groups or weight.shape[1] * attrs.groups != channels:
         raise ShapeError(
@@ -104,6 +105,30 @@ def _conv2d_type_nchw(arg_types, attrs: Conv2DAttrs) -> TensorType:
     height = _window_out("nn.conv2d", data.shape[2], weight.shape[2], attrs.strides[0], attrs.dilation[0], top + bottom)
     width = _window_out("nn.conv2d", data.shape[3], weight.shape[3], attrs.strides[1], attrs.dilation[1], left + right)
     return TensorType((data.shape[0], weight.shape[0], height, width), dtype)
+
+
+_INT8 = ("int8", "uint8")
+
+
+def _accumulated_dtype(op: str, data: TensorType, weight: TensorType, out_dtype: str) -> str:
+    """The result dtype: the inputs' (which must match), or out_dtype "int32" for 8-bit integer inputs
+    (int8 or uint8, in any mix: ONNX's ConvInteger / MatMulInteger and quantized models)."""
+    if not out_dtype:
+        return same_dtype(op, data, weight)
+    if data.dtype not in _INT8 or weight.dtype not in _INT8:
+        raise DTypeError(f"{op}: out_dtype={out_dtype!r} accumulates 8-bit integer inputs (int8, uint8), got "
+                         f"{data.dtype} and {weight.dtype}; cast them or drop out_dtype")
+    return out_dtype
+
+
+def _with_out_dtype(reference):
+    """A reference of an op with out_dtype: computed exactly in int64, then cast to out_dtype."""
+    def run(data, weight, attrs):
+        out_dtype = getattr(attrs, "out_dtype", "")   # callers may pass NO_ATTRS for a dense
+        if not out_dtype:
+            return reference(data, weight, attrs)
+        return reference(data.astype(np.int64), weight.astype(np.int64), attrs).astype(out_dtype)
+    return run
 
 
 def _windows(x: np.ndarray, kernel, strides, dilation) -> np.ndarray:
@@ -142,7 +167,7 @@ def _conv2d_reference_nchw(data: np.ndarray, weight: np.ndarray, attrs: Conv2DAt
     return np.ascontiguousarray(out).astype(data.dtype, copy=False).reshape(batch, out_channels, out_h, out_w)
 
 
-register_op("nn.conv2d", attrs=Conv2DAttrs, type_rule=_conv2d_type, reference=_conv2d_reference,
+register_op("nn.conv2d", attrs=Conv2DAttrs, type_rule=_conv2d_type, reference=_with_out_dtype(_conv2d_reference),
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2, tolerance=_TOLERANCE,
             doc="2-D convolution, NCHW data and OIHW weight.")
 
@@ -216,12 +241,14 @@ register_op("nn.conv2d_transpose", attrs=Conv2DTransposeAttrs, type_rule=_conv2d
 
 @dataclass(frozen=True, slots=True)
 class DenseAttrs(Attrs):
-    """dense(x, w): x (..., K) times w (N, K) transposed -> (..., N)."""
+    """dense(x, w): x (..., K) times w (N, K) transposed -> (..., N); out_dtype as conv2d's."""
+    out_dtype: str = ""
+    _choices = {"out_dtype": ("", "int32")}
 
 
 def _dense_type(arg_types, attrs) -> TensorType:
     data, weight = tensor_args("nn.dense", arg_types)
-    dtype = same_dtype("nn.dense", data, weight)
+    dtype = _accumulated_dtype("nn.dense", data, weight, getattr(attrs, "out_dtype", ""))
     if data.ndim < 1 or weight.ndim != 2 or data.shape[-1] != weight.shape[1]:
         raise ShapeError(f"nn.dense: data {shape_text(data.shape)} (..., K) and weight "
                          f"{shape_text(weight.shape)} (N, K) do not fit; K must match")
@@ -229,7 +256,7 @@ def _dense_type(arg_types, attrs) -> TensorType:
 
 
 register_op("nn.dense", attrs=DenseAttrs, type_rule=_dense_type,
-            reference=lambda x, w, attrs: np.matmul(_accumulate(x), _accumulate(w).T).astype(x.dtype),
+            reference=_with_out_dtype(lambda x, w, attrs: np.matmul(_accumulate(x), _accumulate(w).T).astype(x.dtype)),
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2, tolerance=_TOLERANCE)
 
 

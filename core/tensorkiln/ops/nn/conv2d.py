@@ -203,7 +203,7 @@ def conv2d(inputs, attrs, out_type):
     """Registry compute of nn.conv2d (Conv2DAttrs): every data / kernel layout pair the op accepts."""
     data, weight = inputs
     return conv2d_layout(data, weight, attrs.strides, attrs.padding, attrs.dilation, attrs.groups,
-                         attrs.data_layout, attrs.kernel_layout)
+                         attrs.data_layout, attrs.kernel_layout, attrs.out_dtype or None)
 
 
 def conv2d_transpose_nchw(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0),

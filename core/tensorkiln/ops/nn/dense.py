@@ -63,7 +63,7 @@ def matmul(lhs: te.Tensor, rhs: te.Tensor, out_shape: tuple[int, ...]) -> te.Ten
 def dense_compute(inputs, attrs, out_type):
     """Registry compute of nn.dense."""
     data, weight = inputs
-    return dense(data, weight)
+    return dense(data, weight, getattr(attrs, "out_dtype", "") or None)
 
 
 def matmul_compute(inputs, attrs, out_type):

@@ -22,7 +22,7 @@ from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
 from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
-from . import ukernel
+from . import int8, ukernel
 from .anchors import ANCHOR_SCHEDULES
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
@@ -123,6 +123,7 @@ def cpu_strategies(target) -> list[OpImplementation]:
     plain = (tags.POOL, tags.SOFTMAX, tags.LOG_SOFTMAX, tags.NORM, tags.GLOBAL_POOL, tags.COMM_REDUCE, tags.SCAN,
              tags.SORT, "injective")
     return [
+        *int8.int8_strategies(target, _schedule, _dense_space),
         *ukernel.ukernel_strategies(target),
         OpImplementation("cpu_llvm.dense_split", ("nn.dense",), _schedule, compute=_dense_split_compute,
                          space=_dense_split_space, condition=_dense_split_applies, priority=10),
