@@ -24,7 +24,7 @@ import llvmlite.ir as ir
 from tensorkiln import tir
 from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk import Artifact, Emitter, signature_of
-from tensorkiln.sdk.arg_checks import WRITTEN_METADATA_KEY, written_buffers
+from tensorkiln.sdk.arg_checks import WRITTEN_METADATA_KEY
 from tensorkiln.sdk.intrinsic_impl import ExternImpl, SourceImpl, implementation_for
 from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_THREADS_SYMBOL, metadata_json
 
@@ -103,6 +103,28 @@ class IntrinsicLinker:
         return_type = ir.VoidType() if call.dtype == "void" else value_type(call.dtype)
         function = declare(self.module, impl.symbol, return_type, [a.type for a in args])
         return builder.call(function, args)
+
+
+def written_buffers(func: tir.PrimFunc) -> tuple[str, ...]:
+    """Names of the buffers `func` stores into, or hands to a tensor intrinsic as its output, sorted.
+
+    An intrinsic call takes its input tiles' pointers first and the output tile's last
+    (tensorkiln.sdk.intrinsic_impl), so only its last pointer is written through: a
+    whole-GEMM call reading a constant weight in place does not make the weight written.
+    """
+    from tensorkiln.tir.visit import post_order_visit
+
+    written: set[str] = set()
+
+    def visit(node) -> None:
+        if isinstance(node, tir.Store):
+            written.add(node.buffer.name)
+        elif isinstance(node, tir.Call):
+            pointers = [a for a in node.args if isinstance(a, tir.BufferPointer)]
+            if pointers:
+                written.add(pointers[-1].buffer.name)
+    post_order_visit(func.body, visit)
+    return tuple(sorted(written))
 
 
 def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int) -> None:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import llvmlite.binding as llvm
 
 __all__ = ["MachineConfig", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
-           "CpuFacts", "cpu_facts", "refine_capabilities"]
+           "CpuFacts", "cpu_facts", "refine_capabilities", "CacheSizes", "cache_sizes", "parse_size"]
 
 
 @functools.cache
@@ -119,6 +119,69 @@ def _facts_for(cpu: str, features: str) -> CpuFacts:
     else:
         bits, registers = 128, 16            # x86-64 guarantees SSE2 and 16 xmm registers
     return CpuFacts(vector_bits=bits, vector_registers=registers, fma="fma" in enabled or "avx512f" in enabled)
+
+
+@dataclass(frozen=True)
+class CacheSizes:
+    """Data cache sizes in bytes that GEMM blocking is derived from (per core for L1 and L2)."""
+
+    l1d: int
+    l2: int
+    l3: int
+
+
+DEFAULT_CACHES = CacheSizes(l1d=32 * 1024, l2=512 * 1024, l3=8 * 1024 * 1024)
+"""When the host does not say (no sysfs): common sizes of current x86 and Arm server cores."""
+_CACHE_ROOT = "/sys/devices/system/cpu/cpu0/cache"
+
+
+def parse_size(text: str) -> int:
+    """Bytes of "48K", "1024K", "32M", "65536" (sysfs and target-option spelling)."""
+    text = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1024, "M": 1024 ** 2, "G": 1024 ** 3}.get(text[-1:], 1)
+    number = text[:-1] if text[-1:] in "KMG" else text
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise ValueError(f"cache size {text!r} is not a size such as 48K, 1M or 32768") from None
+    if value <= 0:
+        raise ValueError(f"cache size {text!r} must be positive")
+    return value
+
+
+@functools.cache
+def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
+    """L1 data, L2 and L3 sizes of cpu0 from sysfs (Linux), else DEFAULT_CACHES."""
+    import glob
+    import os
+
+    found = {}
+    for index in sorted(glob.glob(os.path.join(root, "index*"))):
+        try:
+            with open(os.path.join(index, "level")) as level, open(os.path.join(index, "type")) as kind, \
+                    open(os.path.join(index, "size")) as size:
+                level_text, kind_text, size_text = level.read().strip(), kind.read().strip(), size.read().strip()
+        except OSError:
+            continue
+        if kind_text in ("Data", "Unified") and size_text:
+            found.setdefault(int(level_text), parse_size(size_text))
+    return CacheSizes(l1d=found.get(1, DEFAULT_CACHES.l1d), l2=found.get(2, DEFAULT_CACHES.l2),
+                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)))
+
+
+def cache_sizes(target) -> CacheSizes:
+    """The host's caches, each overridable by a target option (-l1_cache=48K -l2_cache=1M -l3_cache=32M)."""
+    from tensorkiln.ir.errors import TargetError
+
+    host = _host_caches()
+    sizes = {}
+    for field, option in (("l1d", "l1_cache"), ("l2", "l2_cache"), ("l3", "l3_cache")):
+        given = target.options.get(option)
+        try:
+            sizes[field] = parse_size(given) if given else getattr(host, field)
+        except ValueError as error:
+            raise TargetError(f"cpu_llvm option -{option}={given}: {error}") from None
+    return CacheSizes(**sizes)
 
 
 def cpu_facts(target) -> CpuFacts:

@@ -43,6 +43,7 @@ from tensorkiln.sdk.schedules import find_anchor, inline_injective, output_of, s
 
 from ..host import cpu_facts
 from ..ukernels import GemmTile
+from . import gemm_blocking
 
 __all__ = ["ukernel_strategies", "gemm_applies", "UKERNEL_TAG", "tile_for_rows"]
 
@@ -102,47 +103,42 @@ def gemm_applies(call, target):
     if shape is None:
         return "not a float32 2-D dense or matmul"
     m, n, _ = shape
-    if tile_for_rows(m, target) is None:
-        return f"M={m} has no divisor in [{MIN_ROWS}, {max_rows(target)}] (the register tile's rows)"
-    if n % (2 * _vector_lanes(target)):
-        return f"N={n} is not a multiple of the register tile's {2 * _vector_lanes(target)} columns"
+    if m < MIN_ROWS:
+        return f"M={m} < {MIN_ROWS} rows: a matrix-vector product (cpu_llvm.dense_split streams the weight)"
+    if n < _vector_lanes(target):
+        return f"N={n} is narrower than one vector of {_vector_lanes(target)} lanes"
     return True
 
 
 def _space(workload, target) -> TuningSpace:
-    m, _, k = _gemm_shape(workload.call)
-    mr = tile_for_rows(m, target).mr
-    blocks = [c for c in range(mr, min(m, 16 * mr) + 1, mr) if m % c == 0]
-    mc = max((c for c in blocks if c <= 64), default=mr)
-    depths = [c for c in (32, 64, 128, 192, 256, 384, 512) if k % c == 0] or [k]
-    kc = max((c for c in depths if c <= 256), default=min(depths))
-    return TuningSpace((Knob("mc", tuple(blocks), mc), Knob("kc", tuple(sorted(set(depths))), kc)))
+    m, n, k = _gemm_shape(workload.call)
+    return gemm_blocking.gemm_space(m, n, k, target)
 
 
 # ---- compute ---------------------------------------------------------------------------------
 
 
-def _gemm(a, read_b, m: int, n: int, k_extent: int, nr: int) -> te.Tensor:
-    """C = a @ B with B[k, j] = read_b(k, j), packed to Bp[n / nr, K, nr] first."""
-    packed = te.compute((n // nr, k_extent, nr), lambda jo, k, ji: read_b(k, jo * nr + ji), name="T_gemm_pack",
-                        tag=PACK_TAG)
+def _gemm(a, b, transposed: bool) -> te.Tensor:
+    """C = a @ b, or a @ b.T when `transposed` (b is W[N, K] of nn.dense): the whole GEMM is one
+    tensorized call (sgemm.py), so C reads its operands as they are."""
+    m, k_extent = (int(d) for d in a.shape)
+    n = int(b.shape[0 if transposed else 1])
     k = te.reduce_axis((0, k_extent), name="k")
-    return te.compute((m, n), lambda i, j: te.sum(a[i, k] * packed[j // nr, k, j % nr], axis=k), name="T_gemm",
-                      tag=UKERNEL_TAG)
+    if transposed:
+        return te.compute((m, n), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="T_gemm", tag=UKERNEL_TAG,
+                          attrs={"b_layout": "nk"})
+    return te.compute((m, n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="T_gemm", tag=UKERNEL_TAG,
+                      attrs={"b_layout": "kn"})
 
 
 def _dense_compute(inputs, attrs, out_type, target, config):
     data, weight = inputs
-    tile = tile_for_rows(int(data.shape[0]), target)
-    n, k_extent = (int(d) for d in weight.shape)
-    return _gemm(data, lambda k, j: weight[j, k], int(data.shape[0]), n, k_extent, tile.nr)
+    return _gemm(data, weight, transposed=True)
 
 
 def _matmul_compute(inputs, attrs, out_type, target, config):
     lhs, rhs = inputs
-    tile = tile_for_rows(int(lhs.shape[0]), target)
-    k_extent, n = (int(d) for d in rhs.shape)
-    return _gemm(lhs, lambda k, j: rhs[k, j], int(lhs.shape[0]), n, k_extent, tile.nr)
+    return _gemm(lhs, rhs, transposed=False)
 
 
 # ---- schedule --------------------------------------------------------------------------------
@@ -164,24 +160,15 @@ def _find(outputs, tag: str):
 def _schedule(outputs, target, config):
     s = te.create_schedule([t.op for t in outputs])
     gemm = _find(outputs, UKERNEL_TAG)
-    packed = gemm.op.input_tensors[1]
-    inline_injective(s, keep=[gemm, packed])
-    m, n = (int(d) for d in gemm.shape)
-    tile = tile_for_rows(m, target)
+    # the call reads its operands from memory: producers fused before the GEMM stay stages
+    producers = [t for t in gemm.op.input_tensors if isinstance(t.op, te.ComputeOp)]
+    inline_injective(s, keep=[gemm, *producers])
+    for producer in producers:
+        schedule_injective_stage(s, producer, target)
+    plan = gemm_blocking.gemm_plan(int(gemm.shape[0]), int(gemm.shape[1]), int(gemm.op.reduce_axis[0].dom.extent),
+                                   target, config, gemm.op.attrs["b_layout"])
     stage = s[gemm]
-    i, j = stage.op.axis
-    (k_axis,) = stage.op.reduce_axis
-    i_outer, i_inner = stage.split(i, factor=tile.mr)
-    i_block, i_tile = stage.split(i_outer, factor=config["mc"] // tile.mr)
-    j_outer, j_inner = stage.split(j, factor=tile.nr)
-    k_outer, k_inner = stage.split(k_axis, factor=config["kc"])
-    stage.reorder(i_block, k_outer, j_outer, i_tile, i_inner, j_inner, k_inner)
-    stage.tensorize(i_inner, _packed_intrinsic(tile))
-    if m // config["mc"] > 1:
-        stage.parallel(i_block)
-    jo, _, ji = s[packed].op.axis
-    s[packed].vectorize(ji)
-    s[packed].parallel(jo)
+    stage.tensorize(stage.op.axis[0], gemm_blocking.sgemm_intrinsic(plan))
     for out in outputs:
         if out.op is not gemm.op:
             schedule_injective_stage(s, out, target)

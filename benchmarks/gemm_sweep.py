@@ -1,0 +1,144 @@
+"""benchmarks/gemm_sweep.py: fp32 GEMM at awkward shapes, tensorkiln's best schedule against numpy (OpenBLAS).
+
+    python benchmarks/gemm_sweep.py [--isa native,avx2] [--threads 1,2] [--repeat 21] [--sizes 1024x1024x1024,...]
+
+Sizes are M x N x K (C[M, N] = A[M, K] @ B[K, N]). "best" is what `tk.compile` runs for an
+nn.matmul (the implementation cpu_llvm's strategies choose, default knobs; for the GEMM:
+strategies/ukernel.py on sgemm.py). Each column is measured in its own process:
+
+- native: the host's ISA (`llvm`), numpy with OpenBLAS's own kernel (OPENBLAS_CORETYPE
+  and OPENBLAS_L2_SIZE unset);
+- avx2: `llvm -mcpu=haswell`, numpy forced to OpenBLAS's Haswell (AVX2) kernel with
+  OPENBLAS_CORETYPE=Haswell in that process's environment alone.
+
+Each ratio is numpy's median seconds over ours (>1: faster than numpy), timed interleaved
+(numpy, ours, numpy, ...) in one process so machine load hits both alike. The last line
+is the sweep's worst case.
+"""
+import os
+import sys
+
+if __name__ == "__main__" and os.environ.get("TK_SWEEP_CHILD") is None:
+    # the parent only spawns one child per ISA, each with its own BLAS environment
+    for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        os.environ.pop(_name, None)
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+
+SIZES = ("1024x1024x1024", "1000x1000x1000", "1024x1000x2048", "49x512x4608", "3072x768x768", "960x960x960",
+         "196x256x2304", "64x4096x1024", "1x1000x2048")
+TARGETS = {"native": "llvm", "avx2": "llvm -mcpu=haswell"}
+
+
+def build_best(m: int, n: int, k: int, target_text: str):
+    """As compiler/lower_groups.py builds a one-op nn.matmul group: the strategies' choice, default knobs."""
+    import tensorkiln as tk
+    from tensorkiln import graph, te
+    from tensorkiln.compiler.strategy import select
+
+    target = tk.target(target_text)
+    call = graph.nn.matmul(graph.var("A", shape=(m, k)), graph.var("B", shape=(k, n)))
+    a, b = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+    r = te.reduce_axis((0, k), name="k")
+    c = te.compute((m, n), lambda i, j: te.sum(a[i, r] * b[r, j], axis=r), name="C")
+    choice = select([call], [c], target)
+    if choice.implementation is not None and choice.implementation.compute is not None:
+        c = choice.implementation.compute([a, b], call.attrs, call.checked_type, target, dict(choice.config))
+    module = tk.build(choice.schedule([c], target), [a, b, c], target=target, name="gemm_best")
+    return module.get_function(module.entry_name), choice
+
+
+def _sample(run, number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        run()
+    return (time.perf_counter() - start) / number
+
+
+def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
+    import numpy as np
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    import tensorkiln as tk
+
+    for info in threadpool_info():
+        if info["user_api"] == "blas":
+            print(f"[{isa}] numpy BLAS: {info['internal_api']} {info.get('version')} "
+                  f"kernel={info.get('architecture')} ({os.path.basename(info['filepath'])}); "
+                  f"OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '(unset)')}", flush=True)
+    rows = []
+    rng = np.random.default_rng(0)
+    for size in sizes:
+        m, n, k = (int(x) for x in size.split("x"))
+        a = rng.standard_normal((m, k), dtype=np.float32)
+        b = rng.standard_normal((k, n), dtype=np.float32)
+        kernel, choice = build_best(m, n, k, TARGETS[isa])
+        ours, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
+        kernel(a, b, ours)
+        np.matmul(a, b, out=theirs)
+        np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3 * np.sqrt(k))
+        flops = 2.0 * m * n * k
+        for threads in threads_list:
+            tk.runtime.set_num_threads(threads)
+            with threadpool_limits(limits=threads, user_api="blas"):
+                np.matmul(a, b, out=theirs)
+                kernel(a, b, ours)
+                once = min(_sample(lambda: kernel(a, b, ours), 1) for _ in range(3))
+                number = max(1, int(0.02 / max(once, 1e-6)))   # samples of about 20 ms
+                numpy_s, ours_s = [], []
+                for _ in range(repeat):
+                    numpy_s.append(_sample(lambda: np.matmul(a, b, out=theirs), number))
+                    ours_s.append(_sample(lambda: kernel(a, b, ours), number))
+            t_numpy, t_ours = statistics.median(numpy_s), statistics.median(ours_s)
+            rows.append((isa, size, threads, flops / t_numpy / 1e9, flops / t_ours / 1e9, t_numpy / t_ours,
+                         choice.name, dict(choice.config)))
+            print(f"[{isa}] {size:>16s} {threads} thr: numpy {rows[-1][3]:7.1f} GFLOP/s  tensorkiln "
+                  f"{rows[-1][4]:7.1f} GFLOP/s  ratio {rows[-1][5]:5.2f}x  {choice.name} {dict(choice.config)}",
+                  flush=True)
+    tk.runtime.set_num_threads(0)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--isa", default="native,avx2", help="comma list of native, avx2")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--sizes", default=",".join(SIZES), help="comma list of MxNxK")
+    args = parser.parse_args()
+    threads = [int(t) for t in args.threads.split(",")]
+    sizes = args.sizes.split(",")
+    if os.environ.get("TK_SWEEP_CHILD"):
+        for row in measure(os.environ["TK_SWEEP_CHILD"], sizes, threads, args.repeat):
+            print("ROW\t" + "\t".join(str(x) for x in row[:6]), flush=True)
+        return
+    print(f"cores: {os.cpu_count()}; load average before: {os.getloadavg()}")
+    rows = []
+    for isa in args.isa.split(","):
+        env = dict(os.environ, TK_SWEEP_CHILD=isa)
+        if isa == "avx2":
+            env["OPENBLAS_CORETYPE"] = "Haswell"
+        child = subprocess.run([sys.executable, __file__, *sys.argv[1:]], env=env, capture_output=True, text=True)
+        for line in child.stdout.splitlines():
+            if line.startswith("ROW\t"):
+                isa_, size, thr, g_numpy, g_ours, ratio = line.split("\t")[1:]
+                rows.append((isa_, size, int(thr), float(g_numpy), float(g_ours), float(ratio)))
+            else:
+                print(line)
+        if child.returncode:
+            print(child.stderr[-4000:])
+            raise SystemExit(f"the {isa} column failed")
+    print(f"\nload average after: {os.getloadavg()}\n")
+    print("| ISA | M x N x K | threads | numpy GFLOP/s | tensorkiln GFLOP/s | ratio |")
+    print("|---|---|---|---|---|---|")
+    for isa, size, thr, g_numpy, g_ours, ratio in rows:
+        print(f"| {isa} | {size} | {thr} | {g_numpy:.1f} | {g_ours:.1f} | {ratio:.2f}x |")
+    worst = min(rows, key=lambda r: r[5])
+    print(f"\nworst case: {worst[1]} ({worst[0]}, {worst[2]} thread(s)): {worst[5]:.2f}x numpy")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,365 @@
+"""sgemm.py: a whole fp32 GEMM as one LLVM function, blocked for the caches, for any M, N, K.
+
+`sgemm_source(plan)` defines (the intrinsic argument convention, tensorkiln.sdk.intrinsic_impl)::
+
+    void SYMBOL(float* A, float* B, float* C, i64 lda, i64 ldb..., i64 ldc, i32 accumulate)
+        C[M, N] (+)= A[M, K] @ B        B: "kn" B[K, N]; "nk" W[N, K] (C = A @ W.T);
+                                           "packed" Bp[ceil(N / nr), K, nr] (two strides)
+
+with M, N, K and every block size compiled in (the strategy specialises one function per
+workload). The loop nest, after BLIS (Van Zee & van de Geijn, "BLIS: A Framework for
+Rapidly Instantiating BLAS Functionality"), with B packed once per call into nr-wide
+slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
+
+    parallel, dynamic: pack sliver s of B                      (one sliver per work unit)
+    barrier
+    parallel, dynamic: for each work item (row block ib, column block jb):
+      for pc in K / kc:                                         # kc x nr sliver of Bp stays in L1
+        for jr in nc / nr:                                      # mc x kc block of A stays in L2
+          for ir in mc / mr:
+            micro-kernel: C[ir:+mr, jr:+nr] (+)= A[ir:+mr, pc:+kc] @ Bp[jr / nr, pc:+kc, :]
+
+A is read where it is (rows `lda` apart). Edge tiles cost almost nothing: a tile with
+fewer than mr rows reads its missing rows from the last valid one and stores only the
+valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
+mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
+slowed down by other processes takes fewer; one thread (num_threads=1, or no more
+than one item) runs the worker in place without a parallel region.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import llvmlite.ir as ir
+
+from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range
+from .ukernels import F32, F32_PTR, GemmTile, _fma, _masked, _splat_load, _vector, _vector_pointer
+
+__all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
+
+B_LAYOUTS = ("kn", "nk", "packed")
+NUM_THREADS_GLOBAL = "tensorkiln_num_threads"   # defined by the kernel module this function is linked into
+ALIGNMENT = 64
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """One specialised GEMM: shapes, register tile, cache blocks and work items."""
+
+    tile: GemmTile
+    m: int
+    n: int
+    k: int
+    mc: int                # rows of A per block (a multiple of mr): mc x kc floats stay in L2
+    nc: int                # columns per work item (a multiple of nr)
+    kc: int                # reduction block: a kc x nr sliver of Bp stays in L1
+    b_layout: str = "kn"
+
+    def __post_init__(self) -> None:
+        if self.b_layout not in B_LAYOUTS:
+            raise ValueError(f"b_layout must be one of {B_LAYOUTS}, got {self.b_layout!r}")
+        if self.mc % self.tile.mr or self.nc % self.tile.nr or min(self.mc, self.nc, self.kc) <= 0:
+            raise ValueError(f"mc={self.mc} must be a multiple of mr={self.tile.mr} and nc={self.nc} of "
+                             f"nr={self.tile.nr}, kc={self.kc} positive")
+
+    @property
+    def slivers(self) -> int:
+        return -(-self.n // self.tile.nr)
+
+    @property
+    def row_blocks(self) -> int:
+        return -(-self.m // self.mc)
+
+    @property
+    def column_blocks(self) -> int:
+        return -(-self.n // self.nc)
+
+    @property
+    def items(self) -> int:
+        return self.row_blocks * self.column_blocks
+
+    @property
+    def symbol(self) -> str:
+        t = self.tile
+        return (f"tk_sgemm_{self.b_layout}_{self.m}x{self.n}x{self.k}_t{t.mr}x{t.nr}"
+                f"_b{self.mc}x{self.nc}x{self.kc}")
+
+
+def _minimum(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
+    return builder.select(builder.icmp_signed("<", a, b), a, b)
+
+
+def _lane_mask(builder: ir.IRBuilder, lanes: int, first_column: int, columns: ir.Value) -> ir.Value:
+    """<lanes x i1>: lane l is set when first_column + l < columns."""
+    ids = ir.Constant(ir.VectorType(I64, lanes), [I64(first_column + i) for i in range(lanes)])
+    limit = builder.insert_element(ir.Constant(ir.VectorType(I64, lanes), ir.Undefined), columns, I32(0))
+    limit = builder.shuffle_vector(limit, ir.Constant(limit.type, ir.Undefined),
+                                   ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+    return builder.icmp_signed("<", ids, limit)
+
+
+def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
+    """micro(A, lda, Bp, C, ldc, kc, rows, columns, accumulate): C[rows, columns] (+)= A[rows, kc] @ Bp[kc, nr].
+
+    mr x nr/lanes accumulators stay in registers over kc; Bp is a contiguous sliver.
+    """
+    lanes, mr, vectors = tile.lanes, tile.mr, tile.vectors_per_row
+    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I64, I64, I32]),
+                           name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    a, lda, bp, c, ldc, depth, rows, columns, accumulate = function.args
+    for argument in (a, bp, c):
+        argument.add_attribute("noalias")
+    entry = function.append_basic_block("entry")
+    loop = function.append_basic_block("k.loop")
+    done = function.append_basic_block("k.done")
+    builder = ir.IRBuilder(entry)
+    # a tile with fewer rows reads its missing rows from the last valid one (never out of bounds)
+    last_row = builder.sub(rows, I64(1))
+    row_pointers = [builder.gep(a, [builder.mul(_minimum(builder, I64(r), last_row), lda)], inbounds=True)
+                    for r in range(mr)]
+    zero = ir.Constant(_vector(lanes), None)
+    builder.cbranch(builder.icmp_signed(">", depth, I64(0)), loop, done)
+
+    builder.position_at_end(loop)
+    k = builder.phi(I64, name="k")
+    accumulators = [builder.phi(_vector(lanes), name=f"acc{i}") for i in range(mr * vectors)]
+    b_row = builder.mul(k, I64(tile.nr))
+    b_values = [builder.load(_vector_pointer(builder, bp, builder.add(b_row, I64(v * lanes)), lanes), align=64)
+                for v in range(vectors)]
+    fma = _fma(module, lanes)
+    updated = []
+    for r in range(mr):
+        a_value = _splat_load(builder, builder.gep(row_pointers[r], [k], inbounds=True), lanes)
+        for v in range(vectors):
+            updated.append(builder.call(fma, [a_value, b_values[v], accumulators[r * vectors + v]]))
+    k_next = builder.add(k, I64(1), flags=["nsw"])
+    builder.cbranch(builder.icmp_signed("<", k_next, depth), loop, done)
+    k.add_incoming(I64(0), entry)
+    k.add_incoming(k_next, loop)
+    for phi, value in zip(accumulators, updated):
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(value, loop)
+
+    builder.position_at_end(done)
+    finals = []
+    for value in updated:
+        phi = builder.phi(_vector(lanes))
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(value, loop)
+        finals.append(phi)
+    accumulating = builder.icmp_signed("!=", accumulate, I32(0))
+    full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(tile.nr)))
+
+    def pointer(r: int, v: int) -> ir.Value:
+        return _vector_pointer(builder, c, builder.add(builder.mul(ldc, I64(r)), I64(v * lanes)), lanes)
+
+    with builder.if_else(full, likely=True) as (then, otherwise):
+        with then:
+            with builder.if_else(accumulating) as (add, overwrite):
+                with add:
+                    for r in range(mr):
+                        for v in range(vectors):
+                            p = pointer(r, v)
+                            builder.store(builder.fadd(builder.load(p, align=4), finals[r * vectors + v]), p, align=4)
+                with overwrite:    # C may be uninitialised: not read
+                    for r in range(mr):
+                        for v in range(vectors):
+                            builder.store(finals[r * vectors + v], pointer(r, v), align=4)
+        with otherwise:
+            load, store = _masked(module, "load", lanes), _masked(module, "store", lanes)
+            masks = [_lane_mask(builder, lanes, v * lanes, columns) for v in range(vectors)]
+            for r in range(mr):
+                with builder.if_then(builder.icmp_signed("<", I64(r), rows)):
+                    for v in range(vectors):
+                        p, value = pointer(r, v), finals[r * vectors + v]
+                        old = builder.call(load, [p, I32(4), masks[v], zero])
+                        value = builder.select(accumulating, builder.fadd(old, value), value)
+                        builder.call(store, [value, p, I32(4), masks[v]])
+    builder.ret_void()
+    return function
+
+
+def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
+    """pack(B, ldb, Bp, s): sliver s of Bp[s, k, 0:nr] = B[k, s*nr : +nr] (zero past N), for every k."""
+    tile, lanes = plan.tile, plan.tile.lanes
+    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    b, ldb, bp, sliver = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    column = builder.mul(sliver, I64(tile.nr))
+    columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
+    out = builder.gep(bp, [builder.mul(sliver, I64(plan.k * tile.nr))], inbounds=True)
+    zero = ir.Constant(_vector(lanes), None)
+    if plan.b_layout == "kn":
+        full = builder.icmp_signed("==", columns, I64(tile.nr))
+        source = builder.gep(b, [column], inbounds=True)
+        with builder.if_else(full, likely=True) as (then, otherwise):
+            with then:
+                with for_range(builder, I64(0), I64(plan.k), name="k") as k:
+                    for v in range(tile.vectors_per_row):
+                        value = builder.load(_vector_pointer(builder, source, builder.add(builder.mul(k, ldb),
+                                                                                          I64(v * lanes)), lanes),
+                                             align=4)
+                        target = _vector_pointer(builder, out, builder.add(builder.mul(k, I64(tile.nr)),
+                                                                           I64(v * lanes)), lanes)
+                        builder.store(value, target, align=ALIGNMENT)
+            with otherwise:
+                load = _masked(module, "load", lanes)
+                masks = [_lane_mask(builder, lanes, v * lanes, columns) for v in range(tile.vectors_per_row)]
+                with for_range(builder, I64(0), I64(plan.k), name="k") as k:
+                    for v in range(tile.vectors_per_row):
+                        p = _vector_pointer(builder, source, builder.add(builder.mul(k, ldb), I64(v * lanes)), lanes)
+                        value = builder.call(load, [p, I32(4), masks[v], zero])
+                        target = _vector_pointer(builder, out, builder.add(builder.mul(k, I64(tile.nr)),
+                                                                           I64(v * lanes)), lanes)
+                        builder.store(value, target, align=ALIGNMENT)
+    else:   # "nk": W[N, K]; row j of W is column j of B, a transposing copy
+        with for_range(builder, I64(0), I64(tile.nr), name="j") as j:
+            valid = builder.icmp_signed("<", j, columns)
+            row = builder.gep(b, [builder.mul(_minimum(builder, builder.add(column, j), I64(plan.n - 1)), ldb)],
+                              inbounds=True)
+            with for_range(builder, I64(0), I64(plan.k), name="k") as k:
+                value = builder.load(builder.gep(row, [k], inbounds=True), align=4)
+                value = builder.select(valid, value, ir.Constant(F32, 0.0))
+                builder.store(value, builder.gep(out, [builder.add(builder.mul(k, I64(tile.nr)), j)], inbounds=True),
+                              align=4)
+    builder.ret_void()
+    return function
+
+
+def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
+    """item(A, lda, Bp, C, ldc, index, accumulate): the blocks of C of work item `index` over all of K."""
+    tile = plan.tile
+    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I32]), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    a, lda, bp, c, ldc, index, accumulate = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    # consecutive items share a column block: its Bp panel stays in the shared cache
+    row_block = builder.urem(index, I64(plan.row_blocks))
+    column_block = builder.udiv(index, I64(plan.row_blocks))
+    row_start = builder.mul(row_block, I64(plan.mc))
+    row_stop = _minimum(builder, builder.add(row_start, I64(plan.mc)), I64(plan.m))
+    column_start = builder.mul(column_block, I64(plan.nc))
+    column_stop = _minimum(builder, builder.add(column_start, I64(plan.nc)), I64(plan.n))
+    sliver_start = builder.udiv(column_start, I64(tile.nr))
+    sliver_stop = builder.udiv(builder.add(column_stop, I64(tile.nr - 1)), I64(tile.nr))
+    tile_start = builder.udiv(row_start, I64(tile.mr))
+    tile_stop = builder.udiv(builder.add(row_stop, I64(tile.mr - 1)), I64(tile.mr))
+    depth_blocks = -(-plan.k // plan.kc)
+    with for_range(builder, I64(0), I64(depth_blocks), name="pc") as pc:
+        k_start = builder.mul(pc, I64(plan.kc))
+        depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
+        adds = builder.select(builder.icmp_signed(">", pc, I64(0)), I32(1), accumulate)
+        with for_range(builder, sliver_start, sliver_stop, name="jr") as jr:
+            column = builder.mul(jr, I64(tile.nr))
+            columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
+            sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
+                                                  builder.mul(k_start, I64(tile.nr)))], inbounds=True)
+            with for_range(builder, tile_start, tile_stop, name="ir") as it:
+                row = builder.mul(it, I64(tile.mr))
+                rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
+                a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
+                c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
+                builder.call(micro, [a_tile, lda, sliver, c_tile, ldc, depth, rows, columns, adds])
+    builder.ret_void()
+    return function
+
+
+_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item")
+
+
+def _closure_type() -> ir.LiteralStructType:
+    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64])
+
+
+def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
+    return builder.gep(closure, [I32(0), I32(_CLOSURE_FIELDS.index(name))], inbounds=True)
+
+
+def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: str):
+    """`while (i = counter++) < count: body(i)`, the counter shared by all threads; a context manager."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def loop():
+        function = builder.function
+        head = function.append_basic_block(f"{name}.take")
+        body = function.append_basic_block(f"{name}.body")
+        done = function.append_basic_block(f"{name}.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        index = builder.atomic_rmw("add", counter, I64(1), "monotonic")
+        builder.cbranch(builder.icmp_signed("<", index, I64(count)), body, done)
+        builder.position_at_end(body)
+        yield index
+        builder.branch(head)
+        builder.position_at_end(done)
+    return loop()
+
+
+def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: ir.Function | None,
+                   name: str) -> ir.Function:
+    """worker(closure): take slivers to pack, wait for the team, take work items (each thread runs it)."""
+    function = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
+    function.linkage = "internal"
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
+    values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:8]}
+    if pack is not None:
+        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.slivers, "pack") as sliver:
+            builder.call(pack, [values["B"], values["ldb"], values["Bp"], sliver])
+        # outside a parallel region (one thread) libgomp returns at once
+        builder.call(declare(module, "GOMP_barrier", VOID, []), [])
+    item = _define_item(module, plan, micro, f"{plan.symbol}.item")
+    with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
+        builder.call(item, [values["A"], values["lda"], values["Bp"], values["C"], values["ldc"], index,
+                            values["accumulate"]])
+    builder.ret_void()
+    return function
+
+
+def sgemm_source(plan: GemmPlan) -> str:
+    """LLVM IR text defining `plan.symbol` (see the module docstring)."""
+    module = ir.Module(name=plan.symbol)
+    micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro")
+    pack = None if plan.b_layout == "packed" else _define_pack(module, plan, f"{plan.symbol}.pack")
+    worker = _define_worker(module, plan, micro, pack, f"{plan.symbol}.worker")
+    b_strides = 2 if plan.b_layout == "packed" else 1
+    function = ir.Function(module, ir.FunctionType(
+        VOID, [F32_PTR, F32_PTR, F32_PTR, I64, *([I64] * b_strides), I64, I32]), plan.symbol)
+    a, b, c, lda, *b_stride_args, ldc, accumulate = function.args
+    for pointer in (a, b, c):
+        pointer.add_attribute("noalias")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    closure = alloca_in_entry(builder, _closure_type(), name="closure")
+    if pack is None:
+        packed = b
+    else:
+        aligned_alloc = declare(module, "aligned_alloc", PTR, [I64, I64])
+        nbytes = -(-plan.slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
+        raw = builder.call(aligned_alloc, [I64(ALIGNMENT), I64(nbytes)], name="Bp")
+        packed = builder.bitcast(raw, F32_PTR)
+    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, b_stride_args[-1], ldc, accumulate, I64(0),
+                                              I64(0))):
+        builder.store(value, _field(builder, closure, field))
+    threads_global = ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL)
+    threads = builder.load(threads_global)
+    max_threads = builder.call(declare(module, "omp_get_max_threads", I32, []), [])
+    threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
+    # no more threads than work items (one thread packs all of B when there is a single item)
+    threads = _minimum(builder, threads, I32(plan.items))
+    with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
+        with alone:
+            builder.call(worker, [builder.bitcast(closure, PTR)])
+        with team:
+            gomp_parallel = declare(module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+            builder.call(gomp_parallel, [builder.bitcast(worker, PTR), builder.bitcast(closure, PTR), threads, I32(0)])
+    if pack is not None:
+        builder.call(declare(module, "free", VOID, [PTR]), [raw])
+    builder.ret_void()
+    return str(module)
+

@@ -1,0 +1,130 @@
+"""strategies/gemm_blocking.py: register tile, cache blocks and work items of the whole-GEMM call (sgemm.py).
+
+Every value is a knob of `gemm_space` with an analytic default from the target's CPU
+(host.cpu_facts: vector width and registers) and caches (host.cache_sizes: read from
+sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
+
+- tile "MRxNR": the register tile. MR x NR/lanes accumulators plus NR/lanes B vectors
+  and one broadcast must fit the vector registers: 6x16 on AVX2 (12 of 16 ymm), 8x32
+  on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate);
+- kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
+- mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
+- nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
+  split until there are at least WORK_ITEMS_PER_CORE items per core to share out.
+
+Blocks are evened out over their extent (M = 1000 with mc <= 680 gives two blocks of
+504 and 496, not 680 and 320), so no shape leaves a sliver of a block.
+"""
+from __future__ import annotations
+
+import functools
+import os
+
+from tensorkiln.sdk import Knob, TuningSpace
+
+from ..host import cache_sizes, cpu_facts
+from ..sgemm import GemmPlan, sgemm_source
+from ..ukernels import GemmTile
+
+__all__ = ["gemm_space", "gemm_plan", "sgemm_intrinsic", "register_tiles", "parse_tile"]
+
+WORK_ITEMS_PER_CORE = 4
+"""Items per core for dynamic scheduling: a core slowed by other processes takes fewer."""
+
+
+def _round_up(value: int, step: int) -> int:
+    return -(-value // step) * step
+
+
+def _even(extent: int, block: int, step: int) -> int:
+    """The block (a multiple of `step`, at most max(block, step)) that splits `extent` into equal parts."""
+    block = max(step, block // step * step)
+    parts = -(-extent // block)
+    return min(block, _round_up(-(-extent // parts), step))
+
+
+def register_tiles(target) -> tuple[str, ...]:
+    """Candidate register tiles, the analytic default first."""
+    facts = cpu_facts(target)
+    lanes = facts.lanes(32)
+    if facts.vector_registers >= 32:
+        return (f"8x{2 * lanes}", f"14x{2 * lanes}", f"6x{4 * lanes}", f"4x{4 * lanes}")
+    return (f"6x{2 * lanes}", f"4x{3 * lanes}", f"4x{2 * lanes}")
+
+
+def parse_tile(name: str, target) -> GemmTile:
+    mr, nr = (int(x) for x in name.split("x"))
+    return GemmTile(mr=mr, nr=nr, lanes=cpu_facts(target).lanes(32))
+
+
+def _cores(target) -> int:
+    threads = int(target.options.get("num_threads", 0) or 0)
+    if threads > 0:
+        return threads
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _defaults(m: int, n: int, k: int, tile: GemmTile, target) -> dict[str, int]:
+    caches = cache_sizes(target)
+    kc = _even(k, min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16)), 8)
+    mc = _even(m, max(tile.mr, caches.l2 // 2 // (kc * 4)), tile.mr)
+    n_padded = _round_up(n, tile.nr)
+    nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
+    nc = _even(n_padded, nc, tile.nr)
+    wanted = WORK_ITEMS_PER_CORE * _cores(target) if _cores(target) > 1 else 1
+    row_blocks = -(-m // mc)
+    if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least 4 slivers wide
+        nc = max(min(nc, 4 * tile.nr), _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr),
+                                              tile.nr))
+    if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
+        mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
+    return {"mc": mc, "kc": kc, "nc": nc}
+
+
+def gemm_space(m: int, n: int, k: int, target) -> TuningSpace:
+    """Knobs tile, mc, kc, nc of one GEMM (see the module docstring)."""
+    tiles = register_tiles(target)
+    tile = parse_tile(tiles[0], target)
+    default = _defaults(m, n, k, tile, target)
+    mcs = {c for c in (2 * tile.mr, 8 * tile.mr, 16 * tile.mr, 32 * tile.mr, 64 * tile.mr)
+           if c <= _round_up(m, tile.mr)}
+    kcs = {c for c in (64, 128, 192, 256, 384, 512) if c <= _round_up(k, 8)}
+    ncs = {c for c in (4 * tile.nr, 8 * tile.nr, 16 * tile.nr, 64 * tile.nr) if c <= _round_up(n, tile.nr)}
+    return TuningSpace((Knob("mc", tuple(sorted(mcs | {default["mc"]})), default["mc"]),
+                        Knob("kc", tuple(sorted(kcs | {default["kc"]})), default["kc"]),
+                        Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
+                        Knob("tile", tiles, tiles[0])))
+
+
+def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str) -> GemmPlan:
+    """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile)."""
+    tile = parse_tile(config.get("tile") or register_tiles(target)[0], target)
+    default = _defaults(m, n, k, tile, target)
+    mc = _round_up(int(config.get("mc", default["mc"])), tile.mr)
+    nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
+    return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=int(config.get("kc", default["kc"])),
+                    b_layout=b_layout)
+
+
+@functools.cache
+def sgemm_intrinsic(plan: GemmPlan):
+    """The te intrinsic computing one whole GEMM of `plan` (shapes fixed), implemented by sgemm.py."""
+    from tensorkiln import te
+    from tensorkiln.sdk.intrinsic_impl import SourceImpl
+
+    a = te.placeholder((plan.m, plan.k), name="A")
+    k = te.reduce_axis((0, plan.k), name="k")
+    if plan.b_layout == "nk":
+        b = te.placeholder((plan.n, plan.k), name="W")
+        c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="C")
+    else:
+        b = te.placeholder((plan.k, plan.n), name="B")
+        c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    name = plan.symbol.removeprefix("tk_")
+    attrs = {"mr": plan.tile.mr, "nr": plan.tile.nr, "mc": plan.mc, "nc": plan.nc, "kc": plan.kc,
+             "dtype": "float32"}
+    return te.decl_tensor_intrin(c, name, attrs=attrs,
+                                 implementations={"cpu_llvm": SourceImpl("llvm", sgemm_source(plan), plan.symbol)})
