@@ -165,8 +165,11 @@ def packed_wrappers(artifact: Artifact, emitter: Any = None, num_threads: int | 
     parts = [TKARG_HEADER, _CHECKS]
     if num_threads is not None:
         parts.append(_OPENMP_THREADS.format(symbol=NUM_THREADS_SYMBOL, count=int(num_threads)))
+    # C linkage under a C++ compiler too (a C++ dialect such as CUDA C built by g++), so ctypes finds them
+    parts.append('#ifdef __cplusplus\nextern "C" {\n#endif')
     parts += [packed_wrapper(k, artifact.kernel_symbol(k.name), emitter, set_threads=num_threads is not None)
               for k in artifact.kernels]
+    parts.append("#ifdef __cplusplus\n}\n#endif\n")
     return "\n".join(parts)
 
 
