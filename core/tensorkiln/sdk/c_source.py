@@ -140,6 +140,8 @@ class CSourceEmitter(Emitter):
       `const_inputs`         whether buffers the kernel never writes are `const`
       `reserved_words`       the dialect's own keywords, never used as identifiers
       `kernel_header`        method(name, params) -> the line opening a kernel
+      `launch_attributes`    method(geometry) -> qualifiers before the kernel name from its launch
+                             geometry (CUDA's `__launch_bounds__(256)`); "" by default
     Memory:
       `scope_prefix`         memory scope -> declaration prefix ({"shared": "__local "})
       `hoisted_scopes`       scopes declared at the top of the kernel (OpenCL __local)
@@ -147,7 +149,8 @@ class CSourceEmitter(Emitter):
       `max_stack_bytes`      larger arrays go to the heap; None = never
       `declare_allocation`   method(buffer, name, size) -> (lines before, lines after)
     Threads:
-      `thread_index`         tag kind -> index expression ({"blockIdx": "get_group_id({dim})"});
+      `thread_index`         tag kind -> index expression ({"blockIdx": "get_group_id({dim})"},
+                             {dim} the number, {axis} the letter: "blockIdx.{axis}");
                              {} runs thread-bound loops serially (plain C)
       `barriers`             scope -> barrier statement
     Loops:
@@ -167,6 +170,7 @@ class CSourceEmitter(Emitter):
       `vector_load`          e.g. "vload{lanes}(0, {pointer})"; None = element by element
       `vector_store`         e.g. "vstore{lanes}({value}, 0, {pointer});"
       `vector_cast`          e.g. "convert_{type}({value})"
+      `vector_math`          whether math functions take vector types (OpenCL); False = lane by lane
     Math:
       `math_functions`       te name -> template with {0}, {1}, ... and {f} for the float suffix
       `float_suffix`         dtype -> suffix of float math functions ("float32": "f")
@@ -226,6 +230,7 @@ class CSourceEmitter(Emitter):
     vector_load: str | None = None        # e.g. "vload{lanes}(0, {pointer})"
     vector_store: str | None = None       # e.g. "vstore{lanes}({value}, 0, {pointer});"
     vector_cast: str | None = None        # e.g. "convert_{type}({value})"
+    vector_math = True                    # math functions are overloaded for vector types
 
     # --- math: te name -> template; {f} is float_suffix of the dtype ---------------------------
     float_suffix: dict[str, str] = {"float32": "f", "float64": ""}
@@ -355,6 +360,11 @@ class CSourceEmitter(Emitter):
         """The line opening a kernel definition, without the `{`."""
         return f"{self.kernel_prefix} {name}({', '.join(params) or 'void'})"
 
+    def launch_attributes(self, geometry: LaunchGeometry) -> str:
+        """Qualifiers written between `kernel_prefix` and the kernel name, from the kernel's launch
+        geometry (CUDA: `__launch_bounds__(threads)`); none in C."""
+        return ""
+
     def declare_allocation(self, buffer: Any, name: str, size: int) -> tuple[list[str], list[str]]:
         """Lines declaring an Allocate of `buffer` (`size` elements, C identifier `name`) and
         lines releasing it after its body. Heap scopes and arrays past `max_stack_bytes` use malloc."""
@@ -482,13 +492,18 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
         self.visit_stmt(func.body)
         body = self.lines
         self.lines = []
-        return "\n".join([self.d.kernel_header(self.symbol, params) + " {", *self.hoisted_lines, *body, "}"])
+        attributes = self.d.launch_attributes(self.geometry())
+        name = f"{attributes} {self.symbol}" if attributes else self.symbol
+        return "\n".join([self.d.kernel_header(name, params) + " {", *self.hoisted_lines, *body, "}"])
 
-    def metadata(self) -> dict[str, Any]:
+    def geometry(self) -> LaunchGeometry:
         grid, block = [1, 1, 1], [1, 1, 1]
         for (kind, dim), extent in self.launch.items():
             (grid if kind == "blockIdx" else block)[dim] = extent
-        return {"symbol": self.symbol, **LaunchGeometry(tuple(grid), tuple(block)).to_dict(),
+        return LaunchGeometry(tuple(grid), tuple(block))
+
+    def metadata(self) -> dict[str, Any]:
+        return {"symbol": self.symbol, **self.geometry().to_dict(),
                 "written": sorted(self.written), "shared_bytes": self.shared_bytes}
 
     def _written_buffers(self) -> set[str]:
@@ -652,7 +667,7 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
             self.serial_threads -= 1
 
     def _thread_loop(self, s: tir.For, kind: str, dim: int, loop_type: str) -> None:
-        index = self.d.thread_index[kind].format(dim=dim)
+        index = self.d.thread_index[kind].format(dim=dim, axis="xyz"[dim])
         name = self.names.bind(s.loop_var, s.loop_var.name)
         if self._is_nonneg(s.min):
             self.nonneg.add(id(s.loop_var))
@@ -891,7 +906,7 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
             return self.d.vector_cast is not None and self._is_vector(e.value) \
                 and self.d.vector_type_name(e.value.dtype) is not None
         if isinstance(e, tir.Call):
-            return e.name in self.d.math_functions and e.name not in ("isnan", "isinf") \
+            return self.d.vector_math and e.name in self.d.math_functions and e.name not in ("isnan", "isinf") \
                 and all(self._is_vector(a) for a in e.args)
         return False
 
