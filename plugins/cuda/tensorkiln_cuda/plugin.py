@@ -4,6 +4,28 @@ from tensorkiln.sdk import hookimpl
 from .target import CUDA
 
 
+def _ours(target) -> bool:
+    return target.name == CUDA.name
+
+
 @hookimpl
 def tensorkiln_targets():
     return [CUDA]
+
+
+@hookimpl
+def tensorkiln_strategies(target):
+    """The SDK's GPU schedule library (tensorkiln.sdk.schedules.gpu), shared with opencl, plus the
+    tensor-core (wmma) dense/matmul strategy for float16 operands."""
+    if not _ours(target):
+        return []
+    from tensorkiln.sdk.schedules.gpu import gpu_strategies
+    return gpu_strategies(target, prefix="cuda")
+
+
+@hookimpl
+def tensorkiln_intrinsics(target):
+    if not _ours(target):
+        return []
+    from .intrinsics import cuda_intrinsics
+    return cuda_intrinsics(target)

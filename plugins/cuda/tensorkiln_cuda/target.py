@@ -1,8 +1,10 @@
 """The cuda TargetSpec: the validated manifest plus this plugin's emitter and loader."""
 from tensorkiln.sdk import TargetSpec, load_manifest
 
+from .emitter import CUDAEmitter
+from .runtime import CUDALoader
+
 MANIFEST = load_manifest(__file__)
 
-# No emitter or loader yet: the manifest says available = false with the reason,
-# and compiling for cuda raises a clear "not available yet" error.
-CUDA = TargetSpec(manifest=MANIFEST)
+_EMITTER = CUDAEmitter()
+CUDA = TargetSpec(manifest=MANIFEST, emitter=_EMITTER, loader=CUDALoader(_EMITTER))

@@ -1,0 +1,75 @@
+"""compile.py: an emitted cuda-c Artifact -> the same Artifact with its CUBIN and resources.
+
+Called by `CUDAEmitter.emit`. The architecture comes from the target's -arch option:
+a known record (sm_80, sm_89, sm_90, sm_90a) gives a CUBIN for exactly that architecture
+and the limits checked below; -arch=native asks the driver for the device's
+architecture; anything unknown (no driver for native, an architecture without a
+record) gives PTX for the oldest record's virtual architecture, which a driver JITs.
+
+Checks, each naming the kernel and the limit: threads per block, static and dynamic
+shared memory and dtypes against the record before compiling; registers x threads
+against the SM's register file after (from ptxas). The resources land in
+`artifact.metadata["resources"][kernel]` and `lib.summary()["resources"]`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tensorkiln.ir.dtypes import dtype_of
+from tensorkiln.sdk import Artifact
+
+from .arch import architecture, check_kernel, check_resources
+from .nvrtc import compile_cuda, nvrtc_version
+
+__all__ = ["compile_artifact", "resolve_arch", "FALLBACK_PTX_ARCH"]
+
+FALLBACK_PTX_ARCH = "compute_80"
+"""PTX target when the architecture is unknown: every record's device can JIT it."""
+
+
+def _options(target: Any) -> dict:
+    return dict(getattr(target, "options", None) or {})
+
+
+def resolve_arch(target: Any) -> str:
+    """The --gpu-architecture to compile for: "sm_XX[a]" with a record, else FALLBACK_PTX_ARCH."""
+    arch = str(_options(target).get("arch") or "sm_80")
+    if arch == "native":
+        from .driver import native_arch
+        arch = native_arch() or ""
+    return arch if architecture(arch) is not None else FALLBACK_PTX_ARCH
+
+
+def compile_artifact(artifact: Artifact, target: Any) -> Artifact:
+    options = _options(target)
+    arch_name = resolve_arch(target)
+    record = architecture(arch_name)
+    kernels = artifact.metadata.get("kernels", {})
+    dtypes_by_kernel = {k.name: {dtype_of(p.dtype).element for p in k.params} for k in artifact.kernels}
+    if record is not None:
+        for name, info in kernels.items():
+            threads = _threads(info)
+            dynamic = int(info.get("dynamic_shared_bytes", 0))
+            static = 0 if dynamic else int(info.get("shared_bytes", 0))
+            check_kernel(record, name, threads, static, dynamic, dtypes_by_kernel.get(name, set()))
+    result = compile_cuda(artifact.source, arch_name, fast_math=bool(options.get("fast_math", False)),
+                          compiler=str(options.get("compiler", "nvrtc")))
+    resources = {}
+    for name, info in kernels.items():
+        reported = dict(result.resources.get(info.get("symbol", name), {}))
+        if reported:
+            reported["dynamic_shared_bytes"] = int(info.get("dynamic_shared_bytes", 0))
+            reported["threads_per_block"] = _threads(info)
+            if record is not None:
+                check_resources(record, name, _threads(info), reported)
+            resources[name] = reported
+    metadata = {**artifact.metadata, "arch": arch_name, "binary_format": result.format,
+                "nvrtc_version": nvrtc_version(), "resources": resources}
+    return dataclasses.replace(artifact, binary=result.binary, metadata=metadata,
+                               sources={**artifact.sources, "ptxas_log": result.log})
+
+
+def _threads(info: dict) -> int:
+    block = info.get("block", [1, 1, 1])
+    return int(block[0]) * int(block[1]) * int(block[2])
