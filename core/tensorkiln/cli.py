@@ -115,7 +115,6 @@ def _cmd_compile(args) -> int:
     from rich.console import Console
 
     from .compiler import compile as compile_model
-    from .frontend import from_onnx
     from .passes import PassContext, PassTimingInstrument, PrintIRInstrument
 
     console = Console(width=None if sys.stdout.isatty() else 180)
@@ -124,8 +123,11 @@ def _cmd_compile(args) -> int:
     if args.time_passes:
         instruments.append(timing)
     context = PassContext(opt_level=args.opt_level, disabled=set(args.disable_pass or ()), instruments=instruments)
-    mod = from_onnx(args.model, shape=parse_shapes(args.shape))
-    lib = compile_model(mod, target=args.target, context=context, strict=args.strict)
+    lib = compile_model(args.model, target=args.target, context=context, strict=args.strict,
+                        shape=parse_shapes(args.shape))
+    if getattr(lib, "signature", None) is not None:  # symbolic dimensions: one package per shape
+        from .cli_dynamic import export_specializations
+        return export_specializations(lib, args.model, args.output, args.specialize, console)
     _print_summary(lib.summary(), console)
     if args.explain:
         _print_strategies(lib.summary(), console)
@@ -223,7 +225,12 @@ def _parser() -> argparse.ArgumentParser:
     compile_cmd.add_argument("model", help="path to an .onnx file")
     compile_cmd.add_argument("--target", default="cpu_llvm", help="target string, e.g. 'llvm -num_threads=2'")
     compile_cmd.add_argument("-o", "--output", help="package path (default: MODEL.tkpkg)")
-    compile_cmd.add_argument("--shape", action="append", help="bind an input shape: NAME=1,3,224,224")
+    compile_cmd.add_argument("--shape", action="append",
+                             help="bind an input shape: NAME=1,3,224,224, or with symbolic dimensions and "
+                                  "bounds: NAME=?x3x224x224, NAME=batch:1..64x3x224x224")
+    compile_cmd.add_argument("--specialize", action="append", metavar="NAME=DIMS",
+                             help="for a model with symbolic dimensions: the concrete shape to package "
+                                  "(default: each symbol at its lower and upper bound)")
     compile_cmd.add_argument("--opt-level", type=int, default=2)
     compile_cmd.add_argument("--disable-pass", action="append", metavar="NAME")
     compile_cmd.add_argument("--print-ir-after", action="append", metavar="NAME", help="NAME or '*'")
@@ -257,6 +264,8 @@ def _parser() -> argparse.ArgumentParser:
 
     from .conformance.cli import add_subcommands as add_conformance_commands
     add_conformance_commands(commands)   # conformance, debug bisect, new-plugin (tensorkiln.conformance.cli)
+    from .tune.cli import add_subcommands as add_tune_command
+    add_tune_command(commands)   # tune (tensorkiln.tune.cli)
     return parser
 
 
