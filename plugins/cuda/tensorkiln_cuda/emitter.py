@@ -102,7 +102,9 @@ class CUDAEmitter(CSourceEmitter):
     def math_call(self, name, args, dtype):
         element = dtype_of(dtype).element
         if element in _HALF_TYPES and name in self.math_functions:
-            args = [f"(float)({arg})" for arg in args]   # one overload, no ambiguous half conversions
+            # computed in float (one overload, no ambiguous half conversions), the result back in half
+            text = super().math_call(name, [f"(float)({arg})" for arg in args], dtype)
+            return text if name in ("isnan", "isinf") else f"(({self.type_name(element)}){text})"
         return super().math_call(name, args, dtype)
 
     def literal(self, value, dtype):
