@@ -54,10 +54,13 @@ class GemmPlan:
     nc: int                # columns per work item (a multiple of nr)
     kc: int                # reduction block: a kc x nr sliver of Bp stays in L1
     b_layout: str = "kn"
+    pack_b: bool = True    # False ("kn" only): full slivers are read from B in place, only a ragged last one is packed
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {B_LAYOUTS}, got {self.b_layout!r}")
+        if not self.pack_b and self.b_layout != "kn":
+            raise ValueError(f"only a row-major B (b_layout 'kn') can be read in place, not {self.b_layout!r}")
         if self.mc % self.tile.mr or self.nc % self.tile.nr or min(self.mc, self.nc, self.kc) <= 0:
             raise ValueError(f"mc={self.mc} must be a multiple of mr={self.tile.mr} and nc={self.nc} of "
                              f"nr={self.tile.nr}, kc={self.kc} positive")
@@ -65,6 +68,18 @@ class GemmPlan:
     @property
     def slivers(self) -> int:
         return -(-self.n // self.tile.nr)
+
+    @property
+    def ragged(self) -> bool:
+        """True when N is not a multiple of nr: the last sliver is padded with zeros."""
+        return self.n % self.tile.nr != 0
+
+    @property
+    def packed_slivers(self) -> int:
+        """Slivers held in the packing buffer: all, or only the ragged last one when B is read in place."""
+        if self.b_layout == "packed":
+            return 0
+        return self.slivers if self.pack_b else int(self.ragged)
 
     @property
     def row_blocks(self) -> int:
@@ -81,8 +96,8 @@ class GemmPlan:
     @property
     def symbol(self) -> str:
         t = self.tile
-        return (f"tk_sgemm_{self.b_layout}_{self.m}x{self.n}x{self.k}_t{t.mr}x{t.nr}"
-                f"_b{self.mc}x{self.nc}x{self.kc}")
+        return (f"tk_sgemm_{self.b_layout}{'' if self.pack_b else '_direct'}_{self.m}x{self.n}x{self.k}"
+                f"_t{t.mr}x{t.nr}_b{self.mc}x{self.nc}x{self.kc}")
 
 
 def _minimum(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -99,16 +114,16 @@ def _lane_mask(builder: ir.IRBuilder, lanes: int, first_column: int, columns: ir
 
 
 def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
-    """micro(A, lda, Bp, C, ldc, kc, rows, columns, accumulate): C[rows, columns] (+)= A[rows, kc] @ Bp[kc, nr].
+    """micro(A, lda, Bp, ldbp, C, ldc, kc, rows, columns, accumulate): C[rows, columns] (+)= A[rows, kc] @ Bp[kc, nr].
 
-    mr x nr/lanes accumulators stay in registers over kc; Bp is a contiguous sliver.
+    mr x nr/lanes accumulators stay in registers over kc; Bp's rows are ldbp apart (nr in a packed sliver).
     """
     lanes, mr, vectors = tile.lanes, tile.mr, tile.vectors_per_row
-    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I64, I64, I32]),
-                           name)
+    function = ir.Function(module, ir.FunctionType(
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, I64, I64, I64, I64, I32]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, bp, c, ldc, depth, rows, columns, accumulate = function.args
+    a, lda, bp, ldbp, c, ldc, depth, rows, columns, accumulate = function.args
     for argument in (a, bp, c):
         argument.add_attribute("noalias")
     entry = function.append_basic_block("entry")
@@ -125,8 +140,8 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
     builder.position_at_end(loop)
     k = builder.phi(I64, name="k")
     accumulators = [builder.phi(_vector(lanes), name=f"acc{i}") for i in range(mr * vectors)]
-    b_row = builder.mul(k, I64(tile.nr))
-    b_values = [builder.load(_vector_pointer(builder, bp, builder.add(b_row, I64(v * lanes)), lanes), align=64)
+    b_row = builder.mul(k, ldbp)
+    b_values = [builder.load(_vector_pointer(builder, bp, builder.add(b_row, I64(v * lanes)), lanes), align=4)
                 for v in range(vectors)]
     fma = _fma(module, lanes)
     updated = []
@@ -182,16 +197,15 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
 
 
 def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
-    """pack(B, ldb, Bp, s): sliver s of Bp[s, k, 0:nr] = B[k, s*nr : +nr] (zero past N), for every k."""
+    """pack(B, ldb, out, s): out[k, 0:nr] = B[k, s*nr : +nr] (zero past N) for every k: sliver s of B."""
     tile, lanes = plan.tile, plan.tile.lanes
     function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    b, ldb, bp, sliver = function.args
+    b, ldb, out, sliver = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     column = builder.mul(sliver, I64(tile.nr))
     columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
-    out = builder.gep(bp, [builder.mul(sliver, I64(plan.k * tile.nr))], inbounds=True)
     zero = ir.Constant(_vector(lanes), None)
     if plan.b_layout == "kn":
         full = builder.icmp_signed("==", columns, I64(tile.nr))
@@ -231,12 +245,13 @@ def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
 
 
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
-    """item(A, lda, Bp, C, ldc, index, accumulate): the blocks of C of work item `index` over all of K."""
+    """item(A, lda, B, ldb, Bp, C, ldc, index, accumulate): the blocks of C of work item `index` over all of K."""
     tile = plan.tile
-    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I32]), name)
+    function = ir.Function(module, ir.FunctionType(
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I32]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, bp, c, ldc, index, accumulate = function.args
+    a, lda, b, ldb, bp, c, ldc, index, accumulate = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     # consecutive items share a column block: its Bp panel stays in the shared cache
     row_block = builder.urem(index, I64(plan.row_blocks))
@@ -249,7 +264,7 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     sliver_stop = builder.udiv(builder.add(column_stop, I64(tile.nr - 1)), I64(tile.nr))
     tile_start = builder.udiv(row_start, I64(tile.mr))
     tile_stop = builder.udiv(builder.add(row_stop, I64(tile.mr - 1)), I64(tile.mr))
-    depth_blocks = -(-plan.k // plan.kc)
+    depth_blocks = max(1, -(-plan.k // plan.kc))   # K = 0 still overwrites C (with zeros)
     with for_range(builder, I64(0), I64(depth_blocks), name="pc") as pc:
         k_start = builder.mul(pc, I64(plan.kc))
         depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
@@ -257,14 +272,23 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
         with for_range(builder, sliver_start, sliver_stop, name="jr") as jr:
             column = builder.mul(jr, I64(tile.nr))
             columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
-            sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
-                                                  builder.mul(k_start, I64(tile.nr)))], inbounds=True)
+            if plan.pack_b:
+                sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
+                                                      builder.mul(k_start, I64(tile.nr)))], inbounds=True)
+                sliver_stride = I64(tile.nr)
+            else:   # B in place; a ragged last sliver from the packing buffer
+                sliver = builder.gep(b, [builder.add(builder.mul(k_start, ldb), column)])
+                sliver_stride = ldb
+                if plan.ragged:
+                    edge = builder.icmp_signed("==", jr, I64(plan.slivers - 1))
+                    sliver = builder.select(edge, builder.gep(bp, [builder.mul(k_start, I64(tile.nr))]), sliver)
+                    sliver_stride = builder.select(edge, I64(tile.nr), ldb)
             with for_range(builder, tile_start, tile_stop, name="ir") as it:
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
                 a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
                 c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
-                builder.call(micro, [a_tile, lda, sliver, c_tile, ldc, depth, rows, columns, adds])
+                builder.call(micro, [a_tile, lda, sliver, sliver_stride, c_tile, ldc, depth, rows, columns, adds])
     builder.ret_void()
     return function
 
@@ -310,14 +334,17 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
     values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:8]}
     if pack is not None:
-        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.slivers, "pack") as sliver:
-            builder.call(pack, [values["B"], values["ldb"], values["Bp"], sliver])
+        first = plan.slivers - plan.packed_slivers   # all, or only the ragged last one
+        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.packed_slivers, "pack") as taken:
+            sliver = builder.add(taken, I64(first))
+            out = builder.gep(values["Bp"], [builder.mul(taken, I64(plan.k * plan.tile.nr))], inbounds=True)
+            builder.call(pack, [values["B"], values["ldb"], out, sliver])
         # outside a parallel region (one thread) libgomp returns at once
         builder.call(declare(module, "GOMP_barrier", VOID, []), [])
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
-        builder.call(item, [values["A"], values["lda"], values["Bp"], values["C"], values["ldc"], index,
-                            values["accumulate"]])
+        builder.call(item, [values["A"], values["lda"], values["B"], values["ldb"], values["Bp"], values["C"],
+                            values["ldc"], index, values["accumulate"]])
     builder.ret_void()
     return function
 
@@ -326,7 +353,7 @@ def sgemm_source(plan: GemmPlan) -> str:
     """LLVM IR text defining `plan.symbol` (see the module docstring)."""
     module = ir.Module(name=plan.symbol)
     micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro")
-    pack = None if plan.b_layout == "packed" else _define_pack(module, plan, f"{plan.symbol}.pack")
+    pack = None if plan.packed_slivers == 0 else _define_pack(module, plan, f"{plan.symbol}.pack")
     worker = _define_worker(module, plan, micro, pack, f"{plan.symbol}.worker")
     b_strides = 2 if plan.b_layout == "packed" else 1
     function = ir.Function(module, ir.FunctionType(
@@ -340,7 +367,7 @@ def sgemm_source(plan: GemmPlan) -> str:
         packed = b
     else:
         aligned_alloc = declare(module, "aligned_alloc", PTR, [I64, I64])
-        nbytes = -(-plan.slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
+        nbytes = -(-plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
         raw = builder.call(aligned_alloc, [I64(ALIGNMENT), I64(nbytes)], name="Bp")
         packed = builder.bitcast(raw, F32_PTR)
     for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, b_stride_args[-1], ldc, accumulate, I64(0),

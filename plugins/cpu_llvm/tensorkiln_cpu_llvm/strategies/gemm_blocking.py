@@ -9,6 +9,7 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate);
 - kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
+- pack_b: copy B into slivers (when three or more row tiles reuse each), else read it in place;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out.
 
@@ -43,13 +44,18 @@ def _even(extent: int, block: int, step: int) -> int:
     return min(block, _round_up(-(-extent // parts), step))
 
 
-def register_tiles(target) -> tuple[str, ...]:
-    """Candidate register tiles, the analytic default first."""
+def register_tiles(target, m: int | None = None) -> tuple[str, ...]:
+    """Candidate register tiles, the analytic default first (M rows high when M is below its rows)."""
     facts = cpu_facts(target)
     lanes = facts.lanes(32)
     if facts.vector_registers >= 32:
-        return (f"8x{2 * lanes}", f"14x{2 * lanes}", f"6x{4 * lanes}", f"4x{4 * lanes}")
-    return (f"6x{2 * lanes}", f"4x{3 * lanes}", f"4x{2 * lanes}")
+        tiles = (f"8x{2 * lanes}", f"14x{2 * lanes}", f"6x{4 * lanes}", f"4x{4 * lanes}")
+    else:
+        tiles = (f"6x{2 * lanes}", f"4x{3 * lanes}", f"4x{2 * lanes}")
+    default_rows = int(tiles[0].split("x")[0])
+    if m is not None and m < default_rows:
+        tiles = (f"{m}x{2 * lanes}", *tiles)
+    return tiles
 
 
 def parse_tile(name: str, target) -> GemmTile:
@@ -86,7 +92,7 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target) -> dict[str, int]:
 
 def gemm_space(m: int, n: int, k: int, target) -> TuningSpace:
     """Knobs tile, mc, kc, nc of one GEMM (see the module docstring)."""
-    tiles = register_tiles(target)
+    tiles = register_tiles(target, m)
     tile = parse_tile(tiles[0], target)
     default = _defaults(m, n, k, tile, target)
     mcs = {c for c in (2 * tile.mr, 8 * tile.mr, 16 * tile.mr, 32 * tile.mr, 64 * tile.mr)
@@ -96,17 +102,24 @@ def gemm_space(m: int, n: int, k: int, target) -> TuningSpace:
     return TuningSpace((Knob("mc", tuple(sorted(mcs | {default["mc"]})), default["mc"]),
                         Knob("kc", tuple(sorted(kcs | {default["kc"]})), default["kc"]),
                         Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
-                        Knob("tile", tiles, tiles[0])))
+                        Knob("tile", tiles, tiles[0]),
+                        Knob("pack_b", (True, False), _packs_b(m, tile))))
+
+
+def _packs_b(m: int, tile: GemmTile) -> bool:
+    """Pack B when three or more row tiles reuse each sliver; fewer read it in place (strided)."""
+    return -(-m // tile.mr) > 2
 
 
 def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str) -> GemmPlan:
     """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile)."""
-    tile = parse_tile(config.get("tile") or register_tiles(target)[0], target)
+    tile = parse_tile(config.get("tile") or register_tiles(target, m)[0], target)
     default = _defaults(m, n, k, tile, target)
     mc = _round_up(int(config.get("mc", default["mc"])), tile.mr)
     nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
+    pack_b = bool(config.get("pack_b", _packs_b(m, tile))) or b_layout != "kn"
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=int(config.get("kc", default["kc"])),
-                    b_layout=b_layout)
+                    b_layout=b_layout, pack_b=pack_b)
 
 
 @functools.cache

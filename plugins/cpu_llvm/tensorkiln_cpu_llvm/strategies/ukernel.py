@@ -103,7 +103,7 @@ def gemm_applies(call, target):
     if shape is None:
         return "not a float32 2-D dense or matmul"
     m, n, _ = shape
-    if m < MIN_ROWS:
+    if m < MIN_ROWS and call.op.name == "nn.dense":
         return f"M={m} < {MIN_ROWS} rows: a matrix-vector product (cpu_llvm.dense_split streams the weight)"
     if n < _vector_lanes(target):
         return f"N={n} is narrower than one vector of {_vector_lanes(target)} lanes"

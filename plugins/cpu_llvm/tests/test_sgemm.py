@@ -1,0 +1,96 @@
+"""The whole-GEMM call (sgemm.py) at shapes no register tile divides, against numpy.
+
+Each case builds one nn.matmul / nn.dense group the way tk.compile does (the strategy's
+compute and schedule, optionally with other knob values) and checks it at 1 and 2
+threads, for the host's ISA and AVX2 (-mcpu=haswell).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph, te
+from tensorkiln.compiler.strategy import select
+from tensorkiln_cpu_llvm.host import cache_sizes, parse_size
+from tensorkiln_cpu_llvm.sgemm import GemmPlan
+from tensorkiln_cpu_llvm.strategies.gemm_blocking import gemm_plan, gemm_space
+from tensorkiln_cpu_llvm.ukernels import GemmTile
+
+RNG = np.random.default_rng(7)
+
+
+def _build(m, n, k, target_text, dense=False, config=None):
+    target = tk.target(target_text)
+    a = graph.var("A", shape=(m, k))
+    call = graph.nn.dense(a, graph.var("B", shape=(n, k))) if dense else \
+        graph.nn.matmul(a, graph.var("B", shape=(k, n)))
+    ta = te.placeholder((m, k), name="A")
+    tb = te.placeholder((n, k) if dense else (k, n), name="B")
+    choice = select([call], [call.op.compute([ta, tb], call.attrs, call.checked_type)], target)
+    assert choice.name == ("cpu_llvm.dense_ukernel" if dense else "cpu_llvm.matmul_ukernel")
+    knobs = {**choice.config, **(config or {})}
+    c = choice.implementation.compute([ta, tb], call.attrs, call.checked_type, target, knobs)
+    module = tk.build(choice.implementation.schedule([c], target, knobs), [ta, tb, c], target=target, name="gemm")
+    return module, knobs
+
+
+def _check(module, m, n, k, dense=False):
+    a = RNG.standard_normal((m, k), dtype=np.float32)
+    b = RNG.standard_normal((n, k) if dense else (k, n), dtype=np.float32)
+    expected = a @ (b.T if dense else b)
+    try:
+        for threads in (1, 2):
+            tk.runtime.set_num_threads(threads)
+            out = np.full((m, n), np.nan, np.float32)
+            module(a, b, out)
+            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+    finally:
+        tk.runtime.set_num_threads(0)
+
+
+@pytest.mark.parametrize("m, n, k, target, dense, config", [
+    (1, 40, 29, "llvm", False, None),                     # one row, ragged sliver, B in place
+    (3, 70, 513, "llvm -mcpu=haswell", False, None),
+    (37, 45, 29, "llvm", False, None),                    # every edge at once
+    (37, 45, 29, "llvm", True, None),                     # dense: W[N, K] packed by a transposing copy
+    (53, 97, 300, "llvm -mcpu=haswell", False, {"kc": 64, "mc": 12, "nc": 32}),   # several K and row blocks
+    (49, 130, 700, "llvm", False, {"pack_b": False}),     # in place with a ragged last sliver, K blocks
+    (100, 64, 33, "llvm", False, {"tile": "14x32"}),
+    (64, 48, 40, "llvm -mcpu=haswell", True, {"tile": "4x24"}),
+])
+def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
+    module, knobs = _build(m, n, k, target, dense, config)
+    _check(module, m, n, k, dense)
+
+
+def test_a_plan_counts_its_work_and_refuses_blocks_off_the_tile():
+    plan = GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=8, nc=16, kc=8)
+    assert (plan.row_blocks, plan.column_blocks, plan.items, plan.slivers, plan.ragged) == (1, 2, 2, 2, True)
+    in_place = GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=8, nc=16, kc=8, pack_b=False)
+    assert in_place.packed_slivers == 1          # only the ragged last sliver is copied
+    with pytest.raises(ValueError, match="multiple of mr=4"):
+        GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=6, nc=16, kc=8)
+    with pytest.raises(ValueError, match="read in place"):
+        GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=8, nc=16, kc=8, b_layout="nk", pack_b=False)
+
+
+def test_blocking_follows_the_caches_and_target_options():
+    target = tk.target("llvm -mcpu=haswell -l1_cache=32K -l2_cache=256K")
+    assert cache_sizes(target).l1d == 32 * 1024 and cache_sizes(target).l2 == 256 * 1024
+    small = gemm_plan(1024, 1024, 1024, target, {}, "kn")
+    large = gemm_plan(1024, 1024, 1024, tk.target("llvm -mcpu=haswell -l1_cache=64K -l2_cache=2M"), {}, "kn")
+    assert (small.tile.mr, small.tile.nr) == (6, 16)
+    assert small.kc < large.kc and small.mc < large.mc                  # bigger caches, bigger blocks
+    assert small.kc * small.tile.nr * 4 <= 32 * 1024 // 2                # a B sliver fills at most half of L1
+    # blocks even out over awkward extents: 1000 rows are not one block of mc and a sliver
+    plan = gemm_plan(1000, 1000, 1000, target, {}, "kn")
+    assert plan.m - (plan.row_blocks - 1) * plan.mc > plan.mc // 2
+    space = gemm_space(1000, 1000, 1000, target)
+    assert {knob.name for knob in space.knobs} == {"mc", "kc", "nc", "tile", "pack_b"}
+    assert parse_size("48K") == 49152 and parse_size("32768K") == 32 << 20 and parse_size("1M") == 1 << 20
+
+
+def test_a_bad_cache_option_is_a_clear_error():
+    with pytest.raises(tk.ir.TensorkilnError, match="l2_cache=lots"):
+        cache_sizes(tk.target("llvm -l2_cache=lots"))
