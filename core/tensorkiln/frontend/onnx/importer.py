@@ -106,6 +106,9 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
     for output in graph.output:
         if output.name not in values:
             raise FrontendError(f"graph output {output.name!r} is not produced by any node")
+        if not isinstance(values[output.name], Expr):   # converters/sequence.py: import-time values only
+            raise UnsupportedOpError(f"graph output {output.name!r} is a sequence or an optional; tensorkiln "
+                                     "models return tensors only")
         outputs.append(values[output.name])
     if not outputs:
         raise FrontendError("the ONNX graph has no outputs")
@@ -203,6 +206,8 @@ def _input_dtype(dtype: str | Mapping[str, str] | None, name: str) -> str | None
 def _input_var(value_info, bound_shape, dtype_override: str | None) -> Var:
     from onnx import helper
     type_proto = value_info.type
+    if type_proto.HasField("optional_type") and type_proto.optional_type.elem_type.HasField("tensor_type"):
+        type_proto = type_proto.optional_type.elem_type   # an optional tensor input is given a tensor at run time
     if not type_proto.HasField("tensor_type"):
         raise UnsupportedOpError(f"graph input {value_info.name!r} is not a tensor (sequences, maps and optionals "
                                  "are not supported)")

@@ -18,6 +18,7 @@ from typing import Any, Iterator, Sequence
 from ...graph.expr import Constant, Expr, Function, Tuple, Var
 from ...graph.types import Type
 from ...ir.errors import FrontendError
+from .converters.sequence import SequenceValue
 
 __all__ = ["SubgraphScope", "CaptureScope", "Subgraph", "union_functions"]
 
@@ -43,6 +44,12 @@ class CaptureScope(MutableMapping):
         if name in self.local:
             return self.local[name]
         value = self.outer[name]
+        if isinstance(value, SequenceValue) and self.capture:   # each element captured on its own
+            return SequenceValue(tuple(self._capture(f"{name}[{i}]", item) for i, item in enumerate(value.items)),
+                                 value.dtype)
+        return self._capture(name, value)
+
+    def _capture(self, name: str, value: Any) -> Any:
         if not self.capture or isinstance(value, Constant) or not isinstance(value, Expr):
             return value
         if name not in self.captured:

@@ -5,6 +5,6 @@ Each converter is `fn(node: OnnxNode) -> Expr | tuple[Expr, ...]` registered wit
 """
 from ._registry import CONVERTERS, converter
 from . import elementwise, nn, reduce, tensor  # noqa: F401,E402
-from . import control_flow, recurrent  # noqa: F401,E402  (If, Loop, Scan; RNN, LSTM, GRU)
+from . import control_flow, recurrent, sequence  # noqa: F401,E402  (If, Loop, Scan; RNN, LSTM, GRU; sequences)
 
 __all__ = ["CONVERTERS", "converter"]

@@ -73,14 +73,21 @@ def convert_loop(node: OnnxNode):
     if len(body_graph.input) != 2 + len(carried):
         raise FrontendError(f"{_where(node, 'body')} has {len(body_graph.input)} inputs; it must take the "
                             f"iteration count, the condition and the {len(carried)} carried values")
-    for index, value in enumerate(carried):
-        if not isinstance(value.checked_type, TensorType):
-            raise node.unsupported(f"loop-carried value {index} is a sequence or an optional; only tensors "
-                                   "are supported")
-    param_types = [_declared_scalar_type(body_graph.input[0], "int64"),
-                   _declared_scalar_type(body_graph.input[1], "bool"),
-                   *(v.checked_type for v in carried)]
+    counter_types = [_declared_scalar_type(body_graph.input[0], "int64"),
+                     _declared_scalar_type(body_graph.input[1], "bool")]
     max_trip = int(np.asarray(trip.value).reshape(-1)[0]) if isinstance(trip, Constant) else -1
+    if not all(isinstance(v, Expr) and isinstance(v.checked_type, TensorType) for v in carried):
+        # a carried sequence or optional exists at import only: the loop unrolls, or it cannot be converted
+        unrolled = _unroll(node, body_graph, counter_types, max_trip, cond, carried)
+        if unrolled is None:
+            if trip is not None and max_trip < 0:
+                node.const(0, "the trip count of a Loop that carries a sequence")
+            if cond is not None and not isinstance(cond, Constant):
+                node.const(1, "the condition of a Loop that carries a sequence")
+            raise node.unsupported(f"a Loop that carries a sequence or an optional unrolls, which needs a static "
+                                   f"trip count <= {UNROLL_LIMIT} and conditions known at import")
+        return unrolled
+    param_types = [*counter_types, *(v.checked_type for v in carried)]
     try:
         body = node.scope.convert(body_graph, param_types, where=_where(node, "body"))
     except UnsupportedOpError as error:
