@@ -187,3 +187,9 @@ def test_control_flow_models_cannot_be_exported_yet(tmp_path):
     lib = tk.compile(from_onnx(_if_model()), "cpu_llvm")
     with pytest.raises(tk.ir.errors.ArtifactError, match="control flow"):
         lib.export(tmp_path / "model.tkpkg")
+
+
+def test_bodies_print_nested_in_the_text_form():
+    text = str(from_onnx(_nested_loop_model(3)))
+    assert "loop(3i64, True, %y0, %x, body=fn (%i: int64()" in text
+    assert "then_branch=fn (%y_in: float32(2, 3)" in text and "else_branch=fn (" in text

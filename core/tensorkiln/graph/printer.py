@@ -116,6 +116,8 @@ def _value_text(value) -> str:
         return f"({inner}{',' if len(value) == 1 else ''})"
     if isinstance(value, str):
         return f'"{value}"'
+    if isinstance(value, Function):   # a control-flow body (if, loop, scan), printed nested
+        return _print_function("", value).replace("\n", "\n  ")
     return repr(value)
 
 
