@@ -7,7 +7,8 @@
 takes it as (j, k) rows (dense's weight, B transposed). Both are warp-level: the 32
 threads of a warp call them together with the same arguments, so the schedule leaves the
 tensorized tile outside any threadIdx loop and gives the block 32 threads elsewhere (the
-cooperative shared-memory fetch of the operand tiles does; see `tensorcore.py`). Pointers
+cooperative shared-memory fetch of the operand tiles does). In a block that is not whole
+warps one thread computes the tile with plain loops (correct, no tensor cores). Pointers
 must be 32-byte aligned and strides multiples of 8 (shared tiles are declared
 __align__(32)). On the CPU shim, shim.h's nvcuda::wmma computes the same thing.
 """
@@ -24,13 +25,25 @@ WMMA_INTRINSICS = (WMMA_NN, WMMA_NT)
 
 
 def wmma_code(symbol: str, b_layout: str) -> str:
-    """CUDA C of one wmma tile: A row-major, B `b_layout` ("row_major" or "col_major"), C row-major fp32."""
+    """CUDA C of one wmma tile: A row-major, B `b_layout` ("row_major" or "col_major"), C row-major fp32.
+    A block that is not whole warps (the kit's serial tensorize) computes the tile with plain loops."""
+    b_index = "k * ldb + j" if b_layout == "row_major" else "j * ldb + k"
     return f"""\
 #ifndef TK_CUDA_SHIM
 #include <mma.h>
 #endif
 __device__ __forceinline__ void {symbol}(const half* a, const half* b, float* c, int64_t lda, int64_t ldb,
                                           int64_t ldc, int32_t accumulate) {{
+    if ((blockDim.x * blockDim.y * blockDim.z) % 32 != 0) {{   // not whole warps: one thread, plain loops
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < 16; ++j) {{
+                float sum = accumulate ? c[i * ldc + j] : 0.0f;
+                for (int k = 0; k < 16; ++k)
+                    sum += __half2float(a[i * lda + k]) * __half2float(b[{b_index}]);
+                c[i * ldc + j] = sum;
+            }}
+        return;
+    }}
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> fa;
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::{b_layout}> fb;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;

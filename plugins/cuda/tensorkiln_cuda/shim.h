@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -40,13 +41,14 @@ inline constexpr int warpSize = 32;
 
 namespace tk_shim {
 inline thread_local std::barrier<>* block_barrier = nullptr;
+inline thread_local std::barrier<>* warp_barrier = nullptr;   // blocks of whole warps, threaded mode
 inline unsigned char* dynamic_shared = nullptr;
 }  // namespace tk_shim
 
 #define TK_DYNAMIC_SHARED(type, name, offset) type* name = reinterpret_cast<type*>(tk_shim::dynamic_shared + (offset))
 
 inline void __syncthreads() { if (tk_shim::block_barrier) tk_shim::block_barrier->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) {}
+inline void __syncwarp(unsigned = 0xffffffffu) { if (tk_shim::warp_barrier) tk_shim::warp_barrier->arrive_and_wait(); }
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
 inline int __float_as_int(float v) { return std::bit_cast<int>(v); }
@@ -78,7 +80,9 @@ inline double rsqrt(double x) { return 1.0 / std::sqrt(x); }
 // ---- wmma (tensor cores): fragments held whole by every lane -----------------------------------
 // Each lane loads and multiplies the whole 16x16 tile; a store writes only the lane's share
 // (element e goes to lane e % 32), so the 32 threads of a warp write each element once, as
-// on the GPU. Only the 16x16x16 shape tensorkiln uses.
+// on the GPU. Loading and storing an accumulator synchronise the warp first: on the GPU each
+// lane reads back only its own elements, here every lane reads all of them. Only the
+// 16x16x16 shape tensorkiln uses.
 namespace nvcuda {
 namespace wmma {
 struct matrix_a {};
@@ -101,6 +105,7 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p
 }
 template <class T>
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T>& f, const T* p, unsigned ldm, layout_t layout) {
+  __syncwarp();   // every lane's share of an earlier store is there
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
 }
@@ -123,6 +128,7 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, TC>& d, const fragment<ma
 template <class T>
 inline void store_matrix_sync(T* p, const fragment<accumulator, 16, 16, 16, T>& f, unsigned ldm, layout_t layout) {
   const unsigned lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32;
+  __syncwarp();   // no lane still reads what this store overwrites
   for (unsigned e = lane; e < 256; e += 32) {
     const unsigned r = e / 16, c = e % 16;
     (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[e];
@@ -154,6 +160,9 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_bytes, bool threaded, Ker
     return;
   }
   std::barrier<> barrier(threads);
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  if (threads % 32 == 0)
+    for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (unsigned t = 0; t < threads; ++t) {
@@ -161,6 +170,7 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_bytes, bool threaded, Ker
       gridDim = grid;
       blockDim = block;
       block_barrier = &barrier;
+      warp_barrier = warps.empty() ? nullptr : warps[t / 32].get();
       enter_thread(t);
       for (unsigned b = 0; b < blocks; ++b) {
         enter_block(b);
@@ -168,6 +178,7 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_bytes, bool threaded, Ker
         barrier.arrive_and_wait();   // the next block reuses the static (shared) arrays
       }
       block_barrier = nullptr;
+      warp_barrier = nullptr;
     });
   }
   for (auto& thread : pool) thread.join();
