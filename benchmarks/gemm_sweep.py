@@ -15,8 +15,10 @@ and each thread count too (worker threads that OpenBLAS or libgomp leave spinnin
 2-thread call would slow the next 1-thread call). Each ratio is numpy's median seconds
 over ours (>1: faster than numpy), timed interleaved (numpy, ours, numpy, ...) in one
 process so machine load hits both alike; "best-of" is the same with the fastest sample of
-each, a steadier reading of the kernels themselves on a loaded machine. The last line is
-the sweep's worst case (of the medians).
+each, and "CPU time" the ratio of median process CPU seconds per call (what a call costs
+when other processes take the cores away; with 2 threads it also counts spin-waiting),
+steadier readings on a loaded machine. The last line is the sweep's worst case (of the
+wall-clock medians).
 """
 import os
 import sys
@@ -54,11 +56,12 @@ def build_best(m: int, n: int, k: int, target_text: str):
     return module.get_function(module.entry_name), choice
 
 
-def _sample(run, number: int) -> float:
-    start = time.perf_counter()
+def _sample(run, number: int) -> tuple[float, float]:
+    """(wall seconds, process CPU seconds) per call over `number` calls."""
+    start, cpu = time.perf_counter(), time.process_time()
     for _ in range(number):
         run()
-    return (time.perf_counter() - start) / number
+    return (time.perf_counter() - start) / number, (time.process_time() - cpu) / number
 
 
 def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
@@ -89,18 +92,19 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
             with threadpool_limits(limits=threads, user_api="blas"):
                 np.matmul(a, b, out=theirs)
                 kernel(a, b, ours)
-                once = min(_sample(lambda: kernel(a, b, ours), 1) for _ in range(3))
+                once = min(_sample(lambda: kernel(a, b, ours), 1)[0] for _ in range(3))
                 number = max(1, int(0.02 / max(once, 1e-6)))   # samples of about 20 ms
                 numpy_s, ours_s = [], []
                 for _ in range(repeat):
                     numpy_s.append(_sample(lambda: np.matmul(a, b, out=theirs), number))
                     ours_s.append(_sample(lambda: kernel(a, b, ours), number))
-            t_numpy, t_ours = statistics.median(numpy_s), statistics.median(ours_s)
+            t_numpy, t_ours = (statistics.median(w for w, _ in times) for times in (numpy_s, ours_s))
+            cpu_numpy, cpu_ours = (statistics.median(c for _, c in times) for times in (numpy_s, ours_s))
             rows.append((isa, size, threads, flops / t_numpy / 1e9, flops / t_ours / 1e9, t_numpy / t_ours,
-                         min(numpy_s) / min(ours_s)))
+                         min(numpy_s)[0] / min(ours_s)[0], cpu_numpy / cpu_ours))
             print(f"[{isa}] {size:>16s} {threads} thr: numpy {rows[-1][3]:7.1f} GFLOP/s  tensorkiln "
-                  f"{rows[-1][4]:7.1f} GFLOP/s  ratio {rows[-1][5]:5.2f}x (best-of {rows[-1][6]:5.2f}x)  "
-                  f"{choice.name} {dict(choice.config)}", flush=True)
+                  f"{rows[-1][4]:7.1f} GFLOP/s  ratio {rows[-1][5]:5.2f}x (best-of {rows[-1][6]:5.2f}x, "
+                  f"CPU time {rows[-1][7]:5.2f}x)  {choice.name} {dict(choice.config)}", flush=True)
     tk.runtime.set_num_threads(0)
     return rows
 
@@ -138,10 +142,11 @@ def main() -> None:
                 print(child.stderr[-4000:])
                 raise SystemExit(f"the {isa} column ({thread_count} threads) failed")
     print(f"\nload average after: {os.getloadavg()}\n")
-    print("| ISA | M x N x K | threads | numpy GFLOP/s | tensorkiln GFLOP/s | ratio (medians) | ratio (best-of) |")
-    print("|---|---|---|---|---|---|---|")
-    for isa, size, thr, g_numpy, g_ours, ratio, best in rows:
-        print(f"| {isa} | {size} | {thr} | {g_numpy:.1f} | {g_ours:.1f} | {ratio:.2f}x | {best:.2f}x |")
+    print("| ISA | M x N x K | threads | numpy GFLOP/s | tensorkiln GFLOP/s | ratio (medians) | ratio (best-of) "
+          "| ratio (CPU time) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for isa, size, thr, g_numpy, g_ours, ratio, best, cpu in rows:
+        print(f"| {isa} | {size} | {thr} | {g_numpy:.1f} | {g_ours:.1f} | {ratio:.2f}x | {best:.2f}x | {cpu:.2f}x |")
     worst = min(rows, key=lambda r: r[5])
     print(f"\nworst case: {worst[1]} ({worst[0]}, {worst[2]} thread(s)): {worst[5]:.2f}x numpy")
 

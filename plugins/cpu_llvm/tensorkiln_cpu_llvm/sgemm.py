@@ -355,10 +355,12 @@ def sgemm_source(plan: GemmPlan) -> str:
     micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro")
     pack = None if plan.packed_slivers == 0 else _define_pack(module, plan, f"{plan.symbol}.pack")
     worker = _define_worker(module, plan, micro, pack, f"{plan.symbol}.worker")
-    b_strides = 2 if plan.b_layout == "packed" else 1
+    # the strides of every dimension but the last of A, B (Bp: two) and C (the intrinsic convention)
+    a_rank, b_rank, c_rank = 2, 3 if plan.b_layout == "packed" else 2, 2
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, F32_PTR, F32_PTR, I64, *([I64] * b_strides), I64, I32]), plan.symbol)
-    a, b, c, lda, *b_stride_args, ldc, accumulate = function.args
+        VOID, [F32_PTR, F32_PTR, F32_PTR, *([I64] * (a_rank + b_rank + c_rank - 3)), I32]), plan.symbol)
+    a, b, c, *strides, accumulate = function.args
+    lda, ldb, ldc = strides[a_rank - 2], strides[a_rank + b_rank - 3], strides[-1]
     for pointer in (a, b, c):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -370,8 +372,7 @@ def sgemm_source(plan: GemmPlan) -> str:
         nbytes = -(-plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
         raw = builder.call(aligned_alloc, [I64(ALIGNMENT), I64(nbytes)], name="Bp")
         packed = builder.bitcast(raw, F32_PTR)
-    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, b_stride_args[-1], ldc, accumulate, I64(0),
-                                              I64(0))):
+    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0))):
         builder.store(value, _field(builder, closure, field))
     threads_global = ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL)
     threads = builder.load(threads_global)

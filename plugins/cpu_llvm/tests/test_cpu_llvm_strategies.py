@@ -50,7 +50,7 @@ def test_dense_bias_relu_runs_on_the_micro_kernel():
     strategy = _only(lib)
     assert (strategy["strategy"], strategy["key"]) == ("cpu_llvm.dense_ukernel", "nn.dense")
     assert strategy["ops"] == ["nn.dense", "nn.bias_add", "nn.relu"]
-    assert set(strategy["config"]) == {"tile", "mc", "kc", "nc"} and strategy["space_size"] > 1
+    assert set(strategy["config"]) == {"tile", "mc", "kc", "nc", "pack_b"} and strategy["space_size"] > 1
     np.testing.assert_allclose(lib(x=x, w=w), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
@@ -74,17 +74,31 @@ def test_matmul_runs_on_the_micro_kernel():
 
 
 def test_nhwc_1x1_conv_runs_on_the_micro_kernel():
-    x, w = _random(2, 6, 8, 32), _random(1, 1, 32, 64)
-    model = graph.call("nn.conv2d", graph.var("x", shape=(2, 6, 8, 32)), graph.const(w), data_layout="NHWC",
+    x, w = _random(2, 3, 28, 128), _random(1, 1, 128, 64)
+    model = graph.call("nn.conv2d", graph.var("x", shape=(2, 3, 28, 128)), graph.const(w), data_layout="NHWC",
                        kernel_layout="HWIO")
     lib = tk.compile(model, "llvm")
     assert _only(lib)["strategy"] == "cpu_llvm.conv2d_nhwc_ukernel"
     np.testing.assert_allclose(lib(x), np.einsum("bhwc,co->bhwo", x, w[0, 0]), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("shape", [(1, 7, 7, 1024, 128), (1, 14, 14, 576, 96), (1, 8, 8, 256, 64),
+                                   (1, 2, 56, 64, 64)])
+def test_1x1_shapes_measured_slower_on_the_micro_kernel_get_the_nhwc_tile(shape):
+    batch, height, width, channels, outputs = shape
+    x, w = _random(batch, height, width, channels), _random(1, 1, channels, outputs)
+    model = graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(w), data_layout="NHWC",
+                       kernel_layout="HWIO")
+    lib = tk.compile(model, "llvm")
+    strategy = _only(lib)
+    assert strategy["strategy"] == "cpu_llvm.conv2d_nhwc"
+    assert "is as fast or faster" in dict(strategy["rejected"])["cpu_llvm.conv2d_nhwc_ukernel"]
+    np.testing.assert_allclose(lib(x), np.einsum("bhwc,co->bhwo", x, w[0, 0]), rtol=1e-4, atol=1e-3)
+
+
 def test_nchw_1x1_conv_converted_by_alter_layout_runs_on_the_micro_kernel():
-    x, w = _random(1, 32, 8, 8), _random(64, 32, 1, 1)
-    model = graph.nn.relu(graph.nn.conv2d(graph.var("x", shape=(1, 32, 8, 8)), graph.const(w)))
+    x, w = _random(1, 128, 4, 28), _random(64, 128, 1, 1)
+    model = graph.nn.relu(graph.nn.conv2d(graph.var("x", shape=(1, 128, 4, 28)), graph.const(w)))
     context = PassContext(opt_level=3, config={"alter_layout": {"nn.conv2d": "NHWC"}})
     lib = tk.compile(model, "llvm", context=context)
     by_ops = {tuple(entry["ops"]): entry["strategy"] for entry in lib.summary()["strategies"].values()}

@@ -6,7 +6,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 
 - tile "MRxNR": the register tile. MR x NR/lanes accumulators plus NR/lanes B vectors
   and one broadcast must fit the vector registers: 6x16 on AVX2 (12 of 16 ymm), 8x32
-  on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate);
+  on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate); up to two rows fewer when
+  that pads M less (M = 49 runs 7x32), M rows when M is smaller;
 - kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers (when three or more row tiles reuse each), else read it in place;
@@ -29,6 +30,8 @@ from ..ukernels import GemmTile
 
 __all__ = ["gemm_space", "gemm_plan", "sgemm_intrinsic", "register_tiles", "parse_tile"]
 
+MIN_TILE_ROWS = 4
+"""Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
 WORK_ITEMS_PER_CORE = 4
 """Items per core for dynamic scheduling: a core slowed by other processes takes fewer."""
 
@@ -53,9 +56,17 @@ def register_tiles(target, m: int | None = None) -> tuple[str, ...]:
     else:
         tiles = (f"6x{2 * lanes}", f"4x{3 * lanes}", f"4x{2 * lanes}")
     default_rows = int(tiles[0].split("x")[0])
-    if m is not None and m < default_rows:
-        tiles = (f"{m}x{2 * lanes}", *tiles)
-    return tiles
+    if m is None:
+        return tiles
+    if m < default_rows:
+        return (f"{m}x{2 * lanes}", *tiles)
+    # padded rows, weighed by the per-row share of B loads a shorter tile pays (M = 49: 7 rows, not 8
+    # with a 1-row last tile; M = 1024 on AVX2 keeps 6 rows and pads 2, not 4 rows with 8 accumulators)
+    rows = min(range(max(MIN_TILE_ROWS, default_rows - 2), default_rows + 1),
+               key=lambda r: (-(-m // r) * r * (1 + 0.5 / r), -r))
+    if rows == default_rows:
+        return tiles
+    return (f"{rows}x{2 * lanes}", *tiles)
 
 
 def parse_tile(name: str, target) -> GemmTile:
@@ -128,13 +139,12 @@ def sgemm_intrinsic(plan: GemmPlan):
     from tensorkiln import te
     from tensorkiln.sdk.intrinsic_impl import SourceImpl
 
-    a = te.placeholder((plan.m, plan.k), name="A")
     k = te.reduce_axis((0, plan.k), name="k")
     if plan.b_layout == "nk":
-        b = te.placeholder((plan.n, plan.k), name="W")
-        c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * b[j, k], axis=k), name="C")
+        a, w = te.placeholder((plan.m, plan.k), name="A"), te.placeholder((plan.n, plan.k), name="W")
+        c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * w[j, k], axis=k), name="C")
     else:
-        b = te.placeholder((plan.k, plan.n), name="B")
+        a, b = te.placeholder((plan.m, plan.k), name="A"), te.placeholder((plan.k, plan.n), name="B")
         c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
     name = plan.symbol.removeprefix("tk_")
     attrs = {"mr": plan.tile.mr, "nr": plan.tile.nr, "mc": plan.mc, "nc": plan.nc, "kc": plan.kc,

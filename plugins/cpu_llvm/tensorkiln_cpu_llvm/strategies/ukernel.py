@@ -199,13 +199,25 @@ def conv_applies(call, target):
         # (0.5-0.8x on resnet50's 3x3 shapes, 1 thread, AVX-512): each tap reloads the C tile
         # and the packed weights are copied on every call
         return f"{kh}x{kw} kernel: the NHWC register tile (cpu_llvm.conv2d_nhwc) is faster"
-    out_width, _, out_channels = _conv_facts(call)
+    out_width, channels, out_channels = _conv_facts(call)
     nr = 2 * _vector_lanes(target)
     if out_channels % nr:
         return f"{out_channels} output channels are not a multiple of the register tile's {nr}"
     if not row_candidates(out_width, target):
         return f"output width {out_width} has no divisor in [{MIN_ROWS}, {max_rows(target)}] (the tile's rows)"
+    if out_width < SLOWER_BELOW_WIDTH or channels < SLOWER_BELOW_CHANNELS or out_channels > SLOWER_ABOVE_OUTPUTS:
+        return (f"{out_width} wide, {channels} -> {out_channels} channels: the NHWC register tile "
+                f"(cpu_llvm.conv2d_nhwc) is as fast or faster")
     return True
+
+
+# Where the 1x1 micro-kernel beats the NHWC register-tile schedule (1 thread, bias + relu fused,
+# inception_v2's 1x1 shapes, AVX-512): 28x28x192->64 1.05-1.07x, 28x28x256->32 0.99-1.34x,
+# 28x28x320->64 1.01x; slower at 56x56x64->64 (0.99x), every 14x14x576 (0.90-0.94x) and
+# 7x7x1024 (0.80-0.90x) shape: each call repacks the weights and small images give few row tiles.
+SLOWER_BELOW_WIDTH = 28
+SLOWER_BELOW_CHANNELS = 128
+SLOWER_ABOVE_OUTPUTS = 64
 
 
 def _conv_space(workload, target) -> TuningSpace:
