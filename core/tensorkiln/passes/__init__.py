@@ -18,6 +18,7 @@ from .fold_scale_axis import fold_scale_axis
 from .fuse_ops import fuse_ops, group_each_op
 from .simplify_inference import simplify_inference
 from .mixed_precision import MixedPrecisionPolicy, to_mixed_precision  # noqa: F401  (registers the pass)
+from .fold_qdq import fold_qdq
 
 # Ordering (each pass keeps the graph well typed; opt levels gate them, see each file):
 # - simplify_inference first: batch_norm becomes multiply/add on constants and, through
@@ -33,6 +34,7 @@ from .mixed_precision import MixedPrecisionPolicy, to_mixed_precision  # noqa: F
 #   chains, and fold_constants folds transforms of constant weights.
 # fuse_ops is not listed: the compiler runs it after placement (a group never mixes targets).
 GRAPH_PIPELINE: tuple[str, ...] = (
+    "fold_qdq",             # first: it needs the integer weights that fold_constants would dequantize
     "simplify_inference",
     "fold_constants",
     "fold_scale_axis",
@@ -48,5 +50,5 @@ __all__ = [
     "Pass", "PassContext", "PassInstrument", "PassManager", "PassTimingInstrument", "PrintIRInstrument",
     "SkippedPass", "VerifyInstrument", "current_pass_context", "get_pass", "register_pass",
     "registered_passes", "fuse_ops", "group_each_op", "GRAPH_PIPELINE", "alter_layout", "cancel_layout_transforms",
-    "eliminate_common_subexpr", "eliminate_dead_code", "fold_constants", "fold_scale_axis", "simplify_inference",
+    "eliminate_common_subexpr", "eliminate_dead_code", "fold_constants", "fold_qdq", "fold_scale_axis", "simplify_inference",
 ]
