@@ -59,7 +59,7 @@ def _lowered(op: str, arrays):
     return tk.lower(naive_schedule([out]), [*inputs, out], name="kernel"), out
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(_cases())
 def test_bit_ops_match_numpy_on_cpu_llvm_and_the_interpreter(case):
     op, arrays = case
@@ -70,7 +70,7 @@ def test_bit_ops_match_numpy_on_cpu_llvm_and_the_interpreter(case):
 
 
 @pytest.mark.skipif(CC is None, reason="no system C compiler (cc) on PATH")
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=6, deadline=None)
 @given(_cases())
 def test_bit_ops_match_numpy_through_the_c_emitter(case):
     from tensorkiln.sdk.native_c import build_native_module

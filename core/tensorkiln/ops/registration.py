@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..graph import registry
-from . import broadcast, elementwise, image, reduction, transform
+from . import broadcast, elementwise, image, reduction, scan, sort, transform
 from .nn import conv2d, dense, norm, pooling, softmax
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
@@ -37,7 +37,8 @@ def _computes() -> dict[str, Callable]:
         "strided_slice": transform.strided_slice, "take": transform.take,
         "gather_elements": transform.gather_elements, "gather_nd": transform.gather_nd, "tile": transform.tile,
         "nn.pad": transform.pad, "reverse": transform.reverse, "shape_of": transform.shape_of,
-        "cumsum": transform.cumsum, "topk": transform.topk, "layout_transform": transform.layout_transform,
+        "cumsum": scan.cumsum, "cumprod": scan.cumprod, "topk": sort.topk,
+        "layout_transform": transform.layout_transform,
         "nn.conv2d": conv2d.conv2d, "nn.conv2d_transpose": conv2d.conv2d_transpose,
         "nn.dense": dense.dense_compute, "nn.matmul": dense.matmul_compute,
         "nn.max_pool2d": pooling.max_pool2d, "nn.avg_pool2d": pooling.avg_pool2d,

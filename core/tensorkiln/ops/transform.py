@@ -1,4 +1,4 @@
-"""ops/transform.py: shape and data-movement ops (tag "injective"), plus cumsum and topk.
+"""ops/transform.py: shape and data-movement ops (tag "injective"); cumsum is in scan.py, topk in sort.py.
 
 Every output element reads input elements at computed indices. Reads that are only
 used on one side of a select clamp their index into range: tir.Select may evaluate
@@ -15,7 +15,7 @@ from . import tags
 from ._common import as_index, const_like, normalize_axis, ravel, select, unravel
 
 __all__ = ["reshape", "transpose", "squeeze", "expand_dims", "concatenate", "split", "strided_slice", "take",
-           "gather_elements", "gather_nd", "tile", "pad", "reverse", "shape_of", "cumsum", "topk",
+           "gather_elements", "gather_nd", "tile", "pad", "reverse", "shape_of",
            "layout_transform"]
 
 
@@ -232,74 +232,6 @@ def shape_of(inputs, attrs, out_type):
             value = select(i.equal(axis), const_like(x.shape[axis], attrs.dtype), value)
         return value
     return _injective((x.ndim,), body, "T_shape_of")
-
-
-def cumsum(inputs, attrs, out_type):
-    """Prefix sums as a masked reduction along `axis` (quadratic in the axis length)."""
-    (x,) = inputs
-    axis = normalize_axis(attrs.axis, x.ndim)
-    k = te.reduce_axis((0, x.shape[axis]), name="k")
-
-    def body(*i):
-        index = list(i)
-        index[axis] = k
-        if attrs.reverse:
-            keep = k > i[axis] if attrs.exclusive else k >= i[axis]
-        else:
-            keep = k < i[axis] if attrs.exclusive else k <= i[axis]
-        return te.sum(select(keep, x[tuple(index)], const_like(0, x.dtype)), axis=k)
-    return te.compute(x.shape, body, name="T_cumsum", tag=tags.SCAN)
-
-
-def topk(inputs, attrs, out_type) -> list[te.Tensor]:
-    """Values and int64 indices of the k best entries, via each element's rank (stable ties)."""
-    (x,) = inputs
-    axis = normalize_axis(attrs.axis, x.ndim)
-    size = x.shape[axis]
-    j = te.reduce_axis((0, size), name="j")
-
-    def at(index, position):
-        index = list(index)
-        index[axis] = position
-        return x[tuple(index)]
-
-    def rank_body(*i):
-        mine, other = at(i, i[axis]), at(i, j)
-        better = other > mine if attrs.largest else other < mine
-        tie = other.equal(mine)
-        if dtype_of(x.dtype).is_float:
-            # NaN ranks above every number, as in onnxruntime: first when largest, last when
-            # smallest; NaNs tie among themselves. Without this, comparisons with NaN are all
-            # false and ranks repeat, so one index is chosen twice and another never.
-            mine_nan, other_nan = n.NE(mine, mine), n.NE(other, other)
-            if attrs.largest:
-                better = n.Or(better, n.And(other_nan, n.Not(mine_nan)))
-            else:
-                better = n.Or(better, n.And(mine_nan, n.Not(other_nan)))
-            tie = n.Or(tie, n.And(mine_nan, other_nan))
-        before = n.Or(better, n.And(tie, j < i[axis]))
-        return te.sum(select(before, n.const(1, "int32"), n.const(0, "int32")), axis=j)
-    rank = te.compute(x.shape, rank_body, name="T_topk_rank", tag=tags.SORT)
-
-    shape = out_type.fields[0].shape
-    q = te.reduce_axis((0, size), name="q")
-
-    def value_body(*r):
-        index = list(r)
-        index[axis] = q
-        chosen = rank[tuple(index)].equal(r[axis])
-        return te.sum(select(chosen, at(r, q), const_like(0, x.dtype)), axis=q)
-
-    p = te.reduce_axis((0, size), name="p")
-
-    def index_body(*r):
-        index = list(r)
-        index[axis] = p
-        chosen = rank[tuple(index)].equal(r[axis])
-        return te.sum(select(chosen, te.cast(p, "int64"), n.const(0, "int64")), axis=p)
-    values = te.compute(shape, value_body, name="T_topk_values", tag=tags.SORT)
-    indices = te.compute(shape, index_body, name="T_topk_indices", tag=tags.SORT)
-    return [values, indices]
 
 
 def layout_transform(inputs, attrs, out_type):
