@@ -89,9 +89,38 @@ def inline(node, body: FunctionBody, prefix: str) -> list[Any]:
         for attribute in inner.attribute:
             bound = _bind_attribute(attribute, caller_attrs, defaults)
             if bound is not None:
-                copy.attribute.append(bound)
+                copy.attribute.append(_renamed_subgraphs(bound, rename, prefix))
         nodes.append(copy)
     return nodes
+
+
+def _renamed_subgraphs(attribute, rename: dict[str, str], prefix: str):
+    """`attribute`, with the names an If/Loop/Scan subgraph reads from the function body renamed
+    like the body's own (the subgraph's local names stay)."""
+    import onnx
+    if attribute.type not in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+        return attribute
+    copy = onnx.AttributeProto()
+    copy.CopyFrom(attribute)
+    for graph in ([copy.g] if attribute.type == onnx.AttributeProto.GRAPH else list(copy.graphs)):
+        _rename_free_names(graph, rename, prefix, set())
+    return copy
+
+
+def _rename_free_names(graph, rename: dict[str, str], prefix: str, local: set[str]) -> None:
+    import onnx
+    local = local | {v.name for v in graph.input} | {t.name for t in graph.initializer} | {
+        name for node in graph.node for name in node.output}
+    for node in graph.node:
+        node.input[:] = [name if not name or name in local else _renamed(name, rename, prefix) for name in node.input]
+        for attribute in node.attribute:
+            inner = [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else \
+                list(attribute.graphs) if attribute.type == onnx.AttributeProto.GRAPHS else []
+            for subgraph in inner:
+                _rename_free_names(subgraph, rename, prefix, local)
+    for output in graph.output:
+        if output.name not in local:
+            output.name = _renamed(output.name, rename, prefix)
 
 
 def _renamed(name: str, rename: dict[str, str], prefix: str) -> str:

@@ -67,6 +67,13 @@ class _Builder:
         result = self("split", value, indices_or_sections=parts, axis=axis)
         return [self.item(result, i) for i in range(parts)]
 
+    def gates(self, value: Expr, parts: int) -> list[Expr]:
+        """The `parts` equal column blocks of a (batch, parts*H) gate tensor, as slices: unlike one
+        split (a kernel of its own), each slice fuses into the gate math that reads it."""
+        width = value.shape[1] // parts
+        return [self("strided_slice", value, begin=(k * width,), end=((k + 1) * width,), axes=(1,))
+                for k in range(parts)]
+
     def row(self, value: Expr, index: int) -> Expr:
         """value[index] along axis 0, that axis dropped."""
         rest = value.shape[1:]
@@ -168,7 +175,7 @@ class _Cell:
     def _lstm(self, d: _Direction, x: Expr, h: Expr, c: Expr):
         b, (f, g, act_h) = self.b, d.activations
         gates = b("add", x, b("nn.dense", h, d.recurrence))
-        i, o, fg, cg = b.split(gates, 4, axis=1)
+        i, o, fg, cg = b.gates(gates, 4)
         if d.peepholes is not None:
             p_i, p_o, p_f = d.peepholes
             i = b("add", i, b("multiply", c, p_i))
@@ -186,10 +193,10 @@ class _Cell:
 
     def _gru(self, d: _Direction, x: Expr, h: Expr):
         b, (f, g) = self.b, d.activations
-        xz, xr, xh = b.split(x, 3, axis=1)
+        xz, xr, xh = b.gates(x, 3)
         r_zr, r_h = _split_rows(b, d.recurrence, self.hidden)
         rb_zr, rb_h = _split_rows(b, d.recurrence_bias, self.hidden)
-        hz, hr = b.split(b("add", b("nn.dense", h, r_zr), rb_zr), 2, axis=1)
+        hz, hr = b.gates(b("add", b("nn.dense", h, r_zr), rb_zr), 2)
         z = f(self._clip(b("add", xz, hz)))
         r = f(self._clip(b("add", xr, hr)))
         if self.linear_before_reset:

@@ -51,12 +51,20 @@ def _size(node: OnnxNode) -> Expr:
 
 @converter("Range")
 def _range(node: OnnxNode) -> Expr:
-    start, limit, delta = (node.const(i, name) for i, name in enumerate(("start", "limit", "delta")))
+    # scalars by the spec; one-element tensors (what a Split of a shape gives, e.g. in AffineGrid's body) too
+    start, limit, delta = (_one_element(node, i, name) for i, name in enumerate(("start", "limit", "delta")))
     if np.asarray(delta).reshape(-1)[:1].tolist() == [0]:
         raise ShapeError(f"ONNX node {node.name!r} (Range): delta is 0")
     count = max(int(np.ceil((np.asarray(limit, np.float64) - start) / delta).reshape(-1)[0]), 0)
     node.check_fits((count,), str(np.asarray(start).dtype), "the output")
     return Constant(np.arange(start, limit, delta).astype(np.asarray(start).dtype))
+
+
+def _one_element(node: OnnxNode, index: int, name: str) -> np.ndarray:
+    value = np.asarray(node.const(index, name))
+    if value.size != 1:
+        raise ShapeError(f"ONNX node {node.name!r} ({node.op_type}): {name} must be a scalar, got shape {value.shape}")
+    return value.reshape(())
 
 
 @converter("EyeLike")
