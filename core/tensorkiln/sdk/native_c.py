@@ -31,7 +31,9 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import hashlib
 import os
+import shutil
 import subprocess
 import tempfile
 from typing import Any, Sequence
@@ -175,18 +177,23 @@ def packed_wrappers(artifact: Artifact, emitter: Any = None, num_threads: int | 
 
 def build_native_module(artifact: Artifact, compiler: str = "cc", flags: Sequence[str] = DEFAULT_FLAGS,
                         libraries: Sequence[str] = ("-lm",), label: str | None = None, emitter: Any = None,
-                        num_threads: int | None = None) -> NativeModule:
+                        num_threads: int | None = None, cache_dir: str | os.PathLike | None = None) -> NativeModule:
     """Compile `artifact.source` + `packed_wrappers(...)` into a shared library and load it.
 
     Called by a C-like plugin's `RuntimeLoader.load`. Runs `compiler *flags -o LIB SOURCE
     *libraries` in a temporary folder that is deleted once the library is loaded (the loaded
     code stays mapped), so loading leaves no files behind. A compiler failure raises
     `CompileError` naming `label` (default: the artifact's target) and the kernels, with the
-    compiler's messages. With `num_threads`, add "-fopenmp" to `flags`.
+    compiler's messages. With `num_threads`, add "-fopenmp" to `flags`. With `cache_dir`,
+    the library is kept there under the hash of the source, compiler, flags and libraries,
+    and a later build of the same text loads it instead of compiling again.
     """
     label = label or artifact.target
     kernels = [k.name for k in artifact.kernels]
     source = f"{artifact.source}\n{packed_wrappers(artifact, emitter, num_threads)}"
+    cached = _cached_library(cache_dir, source, compiler, flags, libraries)
+    if cached is not None and os.path.exists(cached):
+        return _load_library(artifact, cached, label, kernels)
     with tempfile.TemporaryDirectory(prefix=f"tensorkiln-{label}-") as directory:
         source_path, library_path = os.path.join(directory, "kernels.c"), os.path.join(directory, "kernels.so")
         with open(source_path, "w") as file:
@@ -200,10 +207,29 @@ def build_native_module(artifact: Artifact, compiler: str = "cc", flags: Sequenc
         if built.returncode != 0:
             raise CompileError(f"{label}: {' '.join(command[:1 + len(flags)])} failed for kernels {kernels}:\n"
                                f"{built.stderr}")
-        try:
-            handle = ctypes.CDLL(library_path)
-        except OSError as error:
-            raise CompileError(f"{label}: the library built for kernels {kernels} does not load: {error}") from None
+        if cached is not None:
+            try:   # copy then rename: a concurrent build never loads half a library
+                os.makedirs(os.path.dirname(cached), exist_ok=True)
+                shutil.copyfile(library_path, f"{cached}.{os.getpid()}")
+                os.replace(f"{cached}.{os.getpid()}", cached)
+            except OSError:
+                pass   # an unwritable cache: the library still loads from the build folder
+        return _load_library(artifact, library_path, label, kernels)
+
+
+def _cached_library(cache_dir, source: str, compiler: str, flags: Sequence[str],
+                    libraries: Sequence[str]) -> str | None:
+    if cache_dir is None:
+        return None
+    key = hashlib.sha256("\0".join([source, compiler, *flags, "--", *libraries]).encode()).hexdigest()
+    return os.path.join(os.fspath(cache_dir), key[:2], f"{key}.so")
+
+
+def _load_library(artifact: Artifact, library_path: str, label: str, kernels: list[str]) -> NativeModule:
+    try:
+        handle = ctypes.CDLL(library_path)
+    except OSError as error:
+        raise CompileError(f"{label}: the library built for kernels {kernels} does not load: {error}") from None
     entries = {name: packed_symbol(artifact.kernel_symbol(name)) for name in kernels}
     loaded = dataclasses.replace(artifact, metadata={**artifact.metadata, "symbols": entries})
 
