@@ -121,8 +121,9 @@ def build_shim_module(artifact: Artifact, emitter, flags: Sequence[str] = FLAGS)
     if compiler is None:
         raise CompileError("cuda -device=cpu_shim needs a C++20 compiler (g++ >= 11) on PATH, or CXX set")
     shimmed = shim_source(artifact, emitter, precompiled_header(compiler, flags))
+    from .nvrtc import cache_dir
     module = build_native_module(shimmed, compiler=compiler, flags=flags, libraries=("-lm",),
-                                 label="cuda-cpu_shim", emitter=emitter)
+                                 label="cuda-cpu_shim", emitter=emitter, cache_dir=cache_dir() / "shim-libraries")
     # the module shows the CUDA source; only the packed entry points come from the shimmed build
     module.artifact = dataclasses.replace(
         artifact, metadata={**artifact.metadata, "symbols": module.artifact.metadata["symbols"]})
