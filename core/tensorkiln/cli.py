@@ -30,6 +30,7 @@ def _target_rows(reg) -> list[dict]:
             "device_kind": manifest.plugin.device_kind,
             "available": spec.is_available,
             "unavailable_reason": "" if spec.is_available else manifest.plugin.unavailable_reason,
+            "availability_note": spec.loader.availability_note() if spec.is_available else "",
             "sdk_api": manifest.plugin.sdk_api,
             "manifest_hash": spec.manifest_hash,
             "capabilities": caps.model_dump(mode="json"),
@@ -69,6 +70,8 @@ def _cmd_targets(args) -> int:
     for row in rows:
         if not row["available"]:
             console.print(f"(*) {row['target']}: {row['unavailable_reason']}")
+        elif row["availability_note"]:
+            console.print(f"{row['target']}: {row['availability_note']}")
     if errors:
         problems = Table(title="plugins that failed to load or were disabled (skipped)")
         for column in ("plugin", "phase / field", "reason", "fix"):

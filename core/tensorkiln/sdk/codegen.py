@@ -152,6 +152,11 @@ class RuntimeLoader(abc.ABC):
         import numpy as np
         return np.array(array, copy=True, order="C")
 
+    def availability_note(self) -> str:
+        """One line on how this machine runs the target, shown by `tensorkiln targets` ("" = nothing to
+        add): e.g. a GPU target that compiles here but, with no driver, runs kernels on a CPU shim."""
+        return ""
+
     def describe_device(self, target: Any = None) -> str:
         """One line naming the device, for reports (conformance, benchmarks)."""
         import platform

@@ -65,6 +65,13 @@ class CUDALoader(RuntimeLoader):
     def uses_host_memory(self) -> bool:   # read by the graph executor, which passes no target
         return self.default_mode() == CPU_SHIM
 
+    def availability_note(self) -> str:
+        status = driver_status()
+        if status.available:
+            return f"available for compile (NVRTC) and run on {status.devices} GPU(s) through the CUDA driver"
+        return ("available for compile (NVRTC -> CUBIN, resource checks) and for run through the CPU shim "
+                f"(-device=cpu_shim, the default here); GPU runs need a driver: {status.reason}")
+
     def describe_device(self, target: Any = None) -> str:
         from .nvrtc import nvrtc_version
         compile_part = f"compile: NVRTC {nvrtc_version()} -> CUBIN (sm_80, sm_89, sm_90, sm_90a)"
