@@ -156,7 +156,18 @@ class CompiledModel:
             "compile_seconds": self.compile_seconds,
             "placement": self.placement(),
             "strategies": dict(self.strategies),
+            "estimates": self.estimates(),
         }
+
+    def estimates(self) -> dict[str, dict]:
+        """{kernel: estimate} for kernels whose emitter attached one to the artifact's metadata
+        (`metadata["kernels"][name]["estimate"]`: e.g. an FPGA plugin's cycles and DSP/LUT/FF/BRAM)."""
+        found = {}
+        for artifact in self.artifacts.values():
+            for name, info in (artifact.metadata.get("kernels") or {}).items():
+                if isinstance(info, dict) and isinstance(info.get("estimate"), dict):
+                    found[name] = dict(info["estimate"])
+        return found
 
     def export(self, path) -> None:
         """Write one file holding kernels, plan and weights: `tk.runtime.save(self, path)`."""
