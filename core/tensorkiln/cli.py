@@ -96,6 +96,22 @@ def _print_strategies(summary: dict, console) -> None:
     console.print(table)
 
 
+def _print_estimates(summary: dict, console) -> None:
+    """Per kernel: the estimate its target's emitter attached (latency cycles, resources), if any."""
+    from rich.table import Table
+
+    estimates = summary.get("estimates") or {}
+    if not estimates:
+        return
+    keys = list(dict.fromkeys(key for row in estimates.values() for key in row))
+    table = Table(title="estimates")
+    for column in ("kernel", *keys):
+        table.add_column(column)
+    for kernel, row in estimates.items():
+        table.add_row(kernel, *(str(row.get(key, "-")) for key in keys))
+    console.print(table)
+
+
 def _print_summary(summary: dict, console) -> None:
     from rich.table import Table
 
@@ -134,6 +150,7 @@ def _cmd_compile(args) -> int:
     _print_summary(lib.summary(), console)
     if args.explain:
         _print_strategies(lib.summary(), console)
+        _print_estimates(lib.summary(), console)
     if args.time_passes:
         console.print(timing.render())
     output = args.output or str(Path(args.model).with_suffix(".tkpkg"))
