@@ -2,13 +2,18 @@
 guards, allocations, lets and intrinsic calls.
 
 Parallel loops are outlined into a function `void body(void* closure)` run by
-libgomp: `GOMP_parallel(body, closure, num_threads, 0)`; each thread takes one
-static chunk of the iteration space (`omp_get_thread_num` / `omp_get_num_threads`).
+libgomp: `GOMP_parallel(body, closure, num_threads, 0)`, or called directly when
+`tensorkiln_num_threads` is 1 (no fork/join at all). Iterations are scheduled
+dynamically: each thread takes chunks of CHUNKS_PER_THREAD-th of its fair share
+from an atomic counter in the closure until none are left, so a thread that other
+processes slow down takes fewer chunks and the region is not as slow as its
+slowest thread (a static split was: 2 threads slower than 1 on a loaded machine).
 The closure holds every variable and buffer pointer in scope, so the body sees
 what it saw before outlining; allocations inside the body are per thread.
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 
@@ -32,6 +37,8 @@ UNROLL_PARTIAL_COUNT = 8
 example) would take LLVM minutes and blow the instruction cache."""
 HEAP_ALIGNMENT = 64
 NUM_THREADS_GLOBAL = "tensorkiln_num_threads"
+CHUNKS_PER_THREAD = 4
+"""Chunks per thread of a parallel loop's iterations (dynamic scheduling; one chunk for one thread)."""
 
 
 class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
@@ -198,7 +205,9 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         extent = self.cast(self.expr(node.extent), node.extent.dtype, node.loop_var.dtype)
         captured_vars = list(self.vars.items())
         captured_buffers = list(self.buffers.items())
-        values = [start, extent, *(v for _, v in captured_vars), *(p for _, p in captured_buffers)]
+        # slot 0: the next unclaimed iteration, shared by the team (atomic)
+        values = [ir.Constant(loop_type, 0), start, extent, *(v for _, v in captured_vars),
+                  *(p for _, p in captured_buffers)]
         closure_type = ir.LiteralStructType([v.type for v in values])
         closure = alloca_in_entry(builder, closure_type, name="closure")
         for slot, value in enumerate(values):
@@ -211,30 +220,48 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         child._outlined = self._outlined
         child_builder = child.builder
         unpacked_closure = child_builder.bitcast(body.args[0], closure_type.as_pointer())
+        counter = child_builder.gep(unpacked_closure, [I32(0), I32(0)], inbounds=True)
         unpacked = [child_builder.load(child_builder.gep(unpacked_closure, [I32(0), I32(slot)], inbounds=True))
-                    for slot in range(len(values))]
+                    for slot in range(1, len(values))]
         child_start, child_extent = unpacked[0], unpacked[1]
         child.vars = {var: value for (var, _), value in zip(captured_vars, unpacked[2:])}
         child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, unpacked[2 + len(captured_vars):])}
-        first, count = child._static_chunk(child_extent, loop_type)
-        child._serial_for(node, child_builder.add(child_start, first), count)
+        with child._dynamic_chunks(counter, child_extent, loop_type) as (first, count):
+            child._serial_for(node, child_builder.add(child_start, first), count)
         child_builder.ret_void()
 
-        gomp_parallel = declare(self.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         num_threads = builder.load(self.module.get_global(NUM_THREADS_GLOBAL))
-        builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(closure, PTR), num_threads, I32(0)])
+        with builder.if_else(builder.icmp_signed("==", num_threads, I32(1))) as (alone, team):
+            with alone:
+                builder.call(body, [builder.bitcast(closure, PTR)])
+            with team:
+                gomp_parallel = declare(self.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+                builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(closure, PTR), num_threads,
+                                             I32(0)])
 
-    def _static_chunk(self, extent: ir.Value, loop_type: ir.Type) -> tuple[ir.Value, ir.Value]:
-        """(first iteration, iteration count) of this thread's contiguous share of `extent`."""
+    @contextlib.contextmanager
+    def _dynamic_chunks(self, counter: ir.Value, extent: ir.Value, loop_type: ir.Type):
+        """Yields (first iteration, count) of each chunk this thread claims from the shared `counter`."""
         builder = self.builder
-        thread = builder.call(declare(self.module, "omp_get_thread_num", I32, []), [])
         threads = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
         if loop_type != I32:
-            thread, threads = builder.sext(thread, loop_type), builder.sext(threads, loop_type)
+            threads = builder.sext(threads, loop_type)
         one = ir.Constant(loop_type, 1)
-        chunk = builder.sdiv(builder.sub(builder.add(extent, threads), one), threads)
-        first = builder.mul(thread, chunk)
-        first = builder.select(builder.icmp_signed("<", first, extent), first, extent)
+        pieces = builder.mul(threads, ir.Constant(loop_type, CHUNKS_PER_THREAD))
+        chunk = builder.sdiv(builder.sub(builder.add(extent, pieces), one), pieces)
+        chunk = builder.select(builder.icmp_signed("<", chunk, one), one, chunk)
+        if_one = builder.icmp_signed("==", threads, one)   # one thread: the whole range at once
+        chunk = builder.select(if_one, builder.select(builder.icmp_signed("<", extent, one), one, extent), chunk)
+        function = builder.function
+        take = function.append_basic_block("chunk.take")
+        run = function.append_basic_block("chunk.run")
+        done = function.append_basic_block("chunk.done")
+        builder.branch(take)
+        builder.position_at_end(take)
+        first = builder.atomic_rmw("add", counter, chunk, "monotonic")
+        builder.cbranch(builder.icmp_signed("<", first, extent), run, done)
+        builder.position_at_end(run)
         remaining = builder.sub(extent, first)
-        count = builder.select(builder.icmp_signed("<", chunk, remaining), chunk, remaining)
-        return first, count
+        yield first, builder.select(builder.icmp_signed("<", chunk, remaining), chunk, remaining)
+        builder.branch(take)
+        builder.position_at_end(done)
