@@ -35,6 +35,7 @@ from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import post_order_visit, rewrite
 
+from .estimate import estimate_kernel
 from .pragmas import PragmaSpelling, spelling_for
 from .types import FLOAT, TENSOR_TYPES_ATTR, HLSType, parse_tensor_types
 
@@ -55,6 +56,7 @@ class KernelTypes:
     """Element types of one kernel's tensors by buffer name; `fixed` when any is not float."""
 
     by_buffer: dict[str, HLSType]
+    untyped_floats: tuple[str, ...] = ()
 
     def of(self, buffer: tir.Buffer) -> HLSType:
         return self.by_buffer.get(buffer.name, FLOAT)
@@ -72,21 +74,29 @@ def kernel_types(func: tir.PrimFunc, target: Any) -> KernelTypes:
     named = parse_tensor_types(options.get("tensor_types") or "")
     named.update({name: HLSType.parse(text) for name, text in (func.attr(TENSOR_TYPES_ATTR) or ())})
     found: dict[str, HLSType] = {}
-    buffers: list[tir.Buffer] = [p for p in func.params if isinstance(p, tir.Buffer)]
-    post_order_visit(func.body, lambda x: buffers.append(x.buffer) if isinstance(x, tir.Allocate) else None)
-    for buffer in buffers:
+    untyped = []
+    for buffer in _buffers(func):
         if buffer.name in named:
             found[buffer.name] = named[buffer.name]
         elif dtype_of(buffer.dtype).element == "float32" and not default.is_float:
             found[buffer.name] = default
-    return KernelTypes(found)
+        elif dtype_of(buffer.dtype).element == "float32":
+            untyped.append(buffer.name)
+    return KernelTypes(found, tuple(untyped))
+
+
+def _buffers(func: tir.PrimFunc) -> list[tir.Buffer]:
+    """Parameters, then allocations, of `func`."""
+    buffers: list[tir.Buffer] = [p for p in func.params if isinstance(p, tir.Buffer)]
+    post_order_visit(func.body, lambda x: buffers.append(x.buffer) if isinstance(x, tir.Allocate) else None)
+    return buffers
 
 
 @dataclasses.dataclass
 class _EmitState:
     spelling: PragmaSpelling
     types: dict[str, KernelTypes]          # by kernel name
-    current: KernelTypes | None = None
+    by_buffer: dict[int, HLSType] = dataclasses.field(default_factory=dict)   # id(Buffer) -> type
     current_func: tir.PrimFunc | None = None
     fixed_module: bool = False
 
@@ -131,7 +141,17 @@ class HLSEmitter(CSourceEmitter):
         funcs = list(funcs)
         types = {f.name: kernel_types(f, target) for f in funcs if isinstance(f, tir.PrimFunc)}
         state = _EmitState(spelling, types, fixed_module=any(t.fixed for t in types.values()))
+        if state.fixed_module:
+            untyped = [f"{name} of {kernel}" for kernel, t in types.items() for name in t.untyped_floats]
+            if untyped:
+                raise CompileError(f"fpga_hls: fixed-point and float tensors are mixed in one module; float "
+                                   f"arithmetic runs in one fixed type ({ACCUMULATOR}), so give these a type too: "
+                                   f"{', '.join(untyped)} (-data_type=ap_fixed<W,I> types every float tensor)")
         prepared = [self._prepare(f, types[f.name]) if isinstance(f, tir.PrimFunc) else f for f in funcs]
+        for func in prepared:
+            if isinstance(func, tir.PrimFunc):
+                for buffer in _buffers(func):
+                    state.by_buffer[id(buffer)] = types[func.name].of(buffer)
         token = _STATE.set(state)
         try:
             source, kernels = super().emit_source(prepared, target)
@@ -140,10 +160,11 @@ class HLSEmitter(CSourceEmitter):
         real = ACCUMULATOR if state.fixed_module else "float"
         head, _, rest = source.partition("\n")
         source = f"{head}\n\ntypedef {real} tk_real;   // float arithmetic of the kernels\n{rest}"
-        for func in prepared:
+        for original, func in zip(funcs, prepared):
             if isinstance(func, tir.PrimFunc):
                 kernels[func.name]["hls_types"] = {name: t.cpp for name, t in types[func.name].by_buffer.items()}
                 kernels[func.name]["dataflow"] = bool(func.attr("dataflow"))
+                kernels[func.name]["estimate"] = estimate_kernel(original, target)
         return source, kernels
 
     def _prepare(self, func: tir.PrimFunc, types: KernelTypes) -> tir.PrimFunc:
@@ -164,19 +185,15 @@ class HLSEmitter(CSourceEmitter):
         return state
 
     def buffer_type_name(self, buffer) -> str:
-        hls_type = self._current_types().of(buffer)
+        hls_type = self._state.by_buffer.get(id(buffer), FLOAT)
         return self.storage_type_name(buffer.dtype) if hls_type.is_float else hls_type.cpp
 
     def storage_type_name(self, dtype: str) -> str:
         # a float tensor without an HLS type is a float array, whatever tk_real is
         return "float" if dtype == "float32" else super().storage_type_name(dtype)
 
-    def _current_types(self) -> KernelTypes:
-        return self._state.current or KernelTypes({})
-
     def kernel_pragmas(self, func: tir.PrimFunc, names: dict[str, str]) -> list[str]:
         state = self._state
-        state.current = state.types.get(func.name, KernelTypes({}))
         state.current_func = func
         spell = state.spelling
         lines = []
@@ -217,7 +234,7 @@ class HLSEmitter(CSourceEmitter):
 
     def declare_allocation(self, buffer, name, size):
         func_attrs = self._allocation_attrs()
-        hls_type = self._current_types().of(buffer)
+        hls_type = self._state.by_buffer.get(id(buffer), FLOAT)
         element = self.type_name(buffer.dtype) if hls_type.is_float and buffer.dtype == "float32" \
             else (self.storage_type_name(buffer.dtype) if hls_type.is_float else hls_type.cpp)
         spell = self._state.spelling

@@ -13,7 +13,9 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <algorithm>
 #include <exception>
+#include <functional>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -33,6 +35,14 @@ struct sim_state {
     int running = 0;    // stage threads that are not waiting
     int waiting = 0;    // stage threads waiting on a stream
     bool deadlock = false;
+    std::vector<const std::function<bool()>*> waiters;   // what each waiting stage waits for
+
+    // every stage waits and none of them can go on: no stage will ever change a stream again
+    bool stuck() const {
+        if (running > 0) return false;
+        for (auto* ready : waiters) if ((*ready)()) return false;
+        return true;
+    }
     static sim_state& get() { static sim_state s; return s; }
 };
 
@@ -78,20 +88,24 @@ template <typename T> class stream {
     unsigned depth() const { return depth_; }
 
   private:
-    template <typename Ready>
-    void wait_until(std::unique_lock<std::mutex>& lock, Ready ready, const char* what) {
+    void wait_until(std::unique_lock<std::mutex>& lock, const std::function<bool()>& ready, const char* what) {
         if (ready()) return;
         sim_state& st = sim_state::get();
         if (!in_stage) fail(what, " outside a dataflow region: nothing else can run");
         --st.running;
         ++st.waiting;
+        st.waiters.push_back(&ready);
+        auto leave = [&] {
+            st.waiters.erase(std::find(st.waiters.begin(), st.waiters.end(), &ready));
+            --st.waiting;
+            ++st.running;
+        };
         while (!ready()) {
-            if (st.running == 0) { st.deadlock = true; st.changed.notify_all(); }
-            if (st.deadlock) { --st.waiting; ++st.running; fail(what, ": every dataflow stage waits (deadlock)"); }
+            if (st.stuck()) { st.deadlock = true; st.changed.notify_all(); }
+            if (st.deadlock) { leave(); fail(what, ": every dataflow stage waits (deadlock)"); }
             st.changed.wait(lock);
         }
-        --st.waiting;
-        ++st.running;
+        leave();
     }
 
     void check_order(long index, long& next, const char* how) {
@@ -114,9 +128,17 @@ template <typename T> class stream {
 };
 
 // A dataflow region: spawn() starts a stage thread, join() waits for all and rethrows the
-// first failure.
+// first failure. The thread that opens the region counts as running until join(), so the
+// first stages cannot be declared deadlocked while later ones are still being spawned.
 class dataflow {
   public:
+    dataflow() {
+        sim_state& st = sim_state::get();
+        std::lock_guard<std::mutex> lock(st.mutex);
+        ++st.running;
+        opened_ = true;
+    }
+
     template <typename Stage> void spawn(Stage stage) {
         sim_state& st = sim_state::get();
         {
@@ -134,6 +156,7 @@ class dataflow {
     }
 
     void join() {
+        close();
         for (auto& t : threads_) t.join();
         threads_.clear();
         sim_state& st = sim_state::get();
@@ -141,9 +164,22 @@ class dataflow {
         if (failure_) { std::exception_ptr f = failure_; failure_ = nullptr; std::rethrow_exception(f); }
     }
 
-    ~dataflow() { for (auto& t : threads_) if (t.joinable()) t.join(); }
+    ~dataflow() {
+        close();
+        for (auto& t : threads_) if (t.joinable()) t.join();
+    }
 
   private:
+    void close() {
+        if (!opened_) return;
+        opened_ = false;
+        sim_state& st = sim_state::get();
+        std::lock_guard<std::mutex> lock(st.mutex);
+        --st.running;
+        st.changed.notify_all();
+    }
+
+    bool opened_ = false;
     void record(std::exception_ptr e) {
         std::lock_guard<std::mutex> lock(failure_mutex_);
         if (!failure_) failure_ = e;
