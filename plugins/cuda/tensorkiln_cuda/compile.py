@@ -9,7 +9,8 @@ record) gives PTX for the oldest record's virtual architecture, which a driver J
 Checks, each naming the kernel and the limit: threads per block, static and dynamic
 shared memory and dtypes against the record before compiling; registers x threads
 against the SM's register file after (from ptxas). The resources land in
-`artifact.metadata["resources"][kernel]` and `lib.summary()["resources"]`.
+`artifact.metadata["resources"][kernel]` and, as each kernel's "estimate",
+in `lib.summary()["estimates"]`.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def compile_artifact(artifact: Artifact, target: Any) -> Artifact:
             check_kernel(record, name, threads, static, dynamic, dtypes_by_kernel.get(name, set()))
     result = compile_cuda(artifact.source, arch_name, fast_math=bool(options.get("fast_math", False)),
                           compiler=str(options.get("compiler", "nvrtc")))
-    resources = {}
+    resources, kernels = {}, {name: dict(info) for name, info in kernels.items()}
     for name, info in kernels.items():
         reported = dict(result.resources.get(info.get("symbol", name), {}))
         if reported:
@@ -64,7 +65,8 @@ def compile_artifact(artifact: Artifact, target: Any) -> Artifact:
             if record is not None:
                 check_resources(record, name, _threads(info), reported)
             resources[name] = reported
-    metadata = {**artifact.metadata, "arch": arch_name, "binary_format": result.format,
+            info["estimate"] = {"arch": arch_name, **reported}   # lib.summary()["estimates"] lists it per kernel
+    metadata = {**artifact.metadata, "kernels": kernels, "arch": arch_name, "binary_format": result.format,
                 "nvrtc_version": nvrtc_version(), "resources": resources}
     return dataclasses.replace(artifact, binary=result.binary, metadata=metadata,
                                sources={**artifact.sources, "ptxas_log": result.log})
