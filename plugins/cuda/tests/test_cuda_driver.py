@@ -19,7 +19,7 @@ from tensorkiln import te
 from tensorkiln.ir.errors import RuntimeLaunchError
 from tensorkiln.sdk.codegen import KernelSignature, ParamSpec
 
-from conftest import bind_1d
+from cuda_helpers import bind_1d
 from tensorkiln_cuda import driver
 from tensorkiln_cuda.driver import CUDADevice, DriverModule, DriverUnavailable, driver_status, pack_parameters
 

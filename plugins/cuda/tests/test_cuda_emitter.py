@@ -12,7 +12,7 @@ import tensorkiln as tk
 from tensorkiln import te
 from tensorkiln.ir.errors import CompileError
 
-from conftest import bind_1d, tiled_matmul
+from cuda_helpers import bind_1d, tiled_matmul
 
 
 def _exp_kernel(n=1024, threads=128, dtype="float32"):

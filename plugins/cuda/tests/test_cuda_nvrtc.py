@@ -12,7 +12,7 @@ import tensorkiln as tk
 from tensorkiln import te
 from tensorkiln.ir.errors import CompileError
 
-from conftest import bind_1d, tiled_matmul
+from cuda_helpers import bind_1d, tiled_matmul
 from tensorkiln_cuda.arch import ARCHITECTURES, architecture, check_resources
 from tensorkiln_cuda.nvrtc import compile_cuda, include_dirs, parse_ptxas_log
 
