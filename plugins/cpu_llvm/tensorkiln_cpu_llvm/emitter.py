@@ -6,8 +6,10 @@ Pipeline (`LLVMEmitter.emit`):
    argument-checking entry `NAME` (see abi.py), the `tensorkiln_num_threads`
    global and the `tensorkiln_metadata` string;
 2. parse it with LLVM and link in the LLVM source of every intrinsic it calls;
-3. optimize with the new pass manager (O3: loop and SLP vectorization on);
-4. emit assembly and a position-independent object.
+3. optimize with the new pass manager (O3: loop and SLP vectorization on); LLVM's
+   optimisation remarks are printed on stderr only when TENSORKILN_LLVM_REMARKS names
+   the passes to report (e.g. "loop-vectorize");
+4. emit a position-independent object (assembly text only on request).
 
 Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-unoptimized"]`
 = the IR before optimization, `binary` = object code; assembly is rendered on request
@@ -15,6 +17,8 @@ Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-u
 """
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -127,8 +131,22 @@ def written_buffers(func: tir.PrimFunc) -> tuple[str, ...]:
     return tuple(sorted(written))
 
 
+REMARKS_ENV = "TENSORKILN_LLVM_REMARKS"
+"""Set to a pass-name regex (e.g. "loop-vectorize", ".*") to have LLVM print its optimisation remarks,
+missed and analysis, on stderr; unset (the default), compiles print nothing."""
+
+
+@functools.cache
+def _enable_remarks(passes: str) -> None:
+    # LLVM's remark filters are process-wide command-line options: set once, on request only
+    llvm.set_option("tensorkiln", f"-pass-remarks-missed={passes}")
+    llvm.set_option("tensorkiln", f"-pass-remarks-analysis={passes}")
+
+
 def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int) -> None:
     """Run the default new-pass-manager pipeline (O0-O3) with loop/SLP vectorization from O2."""
+    if os.environ.get(REMARKS_ENV):
+        _enable_remarks(os.environ[REMARKS_ENV])
     options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
     options.loop_vectorization = opt_level >= 2
     options.slp_vectorization = opt_level >= 2
