@@ -286,6 +286,8 @@ def _parser() -> argparse.ArgumentParser:
     add_conformance_commands(commands)   # conformance, debug bisect, new-plugin (tensorkiln.conformance.cli)
     from .tune.cli import add_subcommands as add_tune_command
     add_tune_command(commands)   # tune (tensorkiln.tune.cli)
+    from .quantize.cli import add_subcommands as add_quantize_command
+    add_quantize_command(commands)   # quantize (tensorkiln.quantize.cli)
     return parser
 
 

@@ -50,3 +50,68 @@ def small_resnet(seed: int = 0, classes: int = 10, size: int = 32) -> onnx.Model
     model.ir_version = 8
     onnx.checker.check_model(model)
     return model
+
+
+LIGHT_MODELS = __import__("os").path.join(__import__("os").path.dirname(onnx.__file__), "backend", "test", "data",
+                                          "light")
+
+
+def light_model_with_random_weights(name: str, seed: int = 0) -> onnx.ModelProto:
+    """onnx's light_<name> model (every weight a ConstantOfShape of 0.02, so every class scores the same)
+    with seeded random weights instead: He-scaled conv / Gemm weights, batch norms near identity, small
+    biases. The architecture and shapes are the model zoo's; the logits then differ per input."""
+    import os
+
+    model = onnx.load(os.path.join(LIGHT_MODELS, f"light_{name}.onnx"))
+    rng = np.random.default_rng(seed)
+    shapes = {t.name: tuple(numpy_helper.to_array(t)) for t in model.graph.initializer}
+    role = {}
+    for node in model.graph.node:
+        if node.op_type == "Conv":
+            role[node.input[1]] = "conv"
+            if len(node.input) > 2:
+                role[node.input[2]] = "bias"
+        elif node.op_type == "Gemm":
+            role[node.input[1]], role[node.input[2]] = "gemm", "bias"
+        elif node.op_type == "BatchNormalization":
+            for index, kind in zip(range(1, 5), ("bn_scale", "bias", "bn_mean", "bn_var")):
+                role[node.input[index]] = kind
+    nodes, inits = [], list(model.graph.initializer)
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            nodes.append(node)
+            continue
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        kind = role.get(node.output[0], "bias")
+        fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        if kind in ("conv", "gemm"):
+            value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+        elif kind == "bn_scale":
+            value = rng.uniform(0.5, 1.5, shape)
+        elif kind == "bn_var":
+            value = rng.uniform(0.5, 1.5, shape)
+        elif kind == "bn_mean":
+            value = rng.standard_normal(shape) * 0.1
+        else:
+            value = rng.standard_normal(shape) * 0.1
+        inits.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    del model.graph.initializer[:]
+    model.graph.initializer.extend(inits)
+    model.ir_version = max(model.ir_version, 4)   # initializers need not be graph inputs from IR 4 on
+    return model
+
+
+def tiny_convnet(seed: int = 0) -> onnx.ModelProto:
+    """conv -> relu -> conv -> relu -> global pool -> Gemm on 8x8 inputs: cheap to compile several times."""
+    b = _Builder(seed)
+    x = b.conv(b.conv("data", 3, 8, 3), 8, 8, 3)
+    pooled = b.node("Flatten", [b.node("GlobalAveragePool", [x])], axis=1)
+    logits = b.node("Gemm", [pooled, b.weight((5, 8), 0.5), b.weight((5,), 0.1)], transB=1)
+    graph = helper.make_graph(
+        b.nodes, "tiny_convnet", [helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info(logits, TensorProto.FLOAT, [1, 5])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

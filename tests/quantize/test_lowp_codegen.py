@@ -69,7 +69,9 @@ def test_conversions_report_reads_the_target():
     assert conversions(tk.target(AVX512_BF16))["bfloat16"].startswith("avx512bf16")
 
 
-@pytest.mark.parametrize("dtype, target", [("bfloat16", "cpu_llvm"), ("bfloat16", F16C), ("float16", NO_F16C)])
+@pytest.mark.parametrize("dtype, target", [
+    ("bfloat16", "cpu_llvm"), pytest.param("bfloat16", F16C, marks=pytest.mark.slow),
+    pytest.param("float16", NO_F16C, marks=pytest.mark.slow)])
 def test_mixed_precision_conv_block_compiles_and_matches_float32(dtype, target):
     rng = np.random.default_rng(4)
     x = g.var("x", (1, 16, 12, 12))

@@ -73,7 +73,7 @@ def _qdq_conv_model(zero_point: int, per_channel: bool):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-@pytest.mark.parametrize("zero_point, per_channel", [(0, True), (-20, False)])
+@pytest.mark.parametrize("zero_point, per_channel", [(-20, False), pytest.param(0, True, marks=pytest.mark.slow)])
 def test_qdq_conv_folds_into_an_int32_accumulating_conv_and_matches_the_float_path(zero_point, per_channel):
     model = _qdq_conv_model(zero_point, per_channel)
     x = np.random.default_rng(6).standard_normal((1, 4, 10, 10)).astype(np.float32)
@@ -115,7 +115,7 @@ def _output_step(model) -> float:
     return float(numpy_helper.to_array(scale))
 
 
-@pytest.mark.parametrize("per_channel", [True, False])
+@pytest.mark.parametrize("per_channel", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_onnxruntime_quantize_static_resnet_matches_onnxruntime_within_one_step(per_channel):
     import onnxruntime as ort
 
