@@ -27,7 +27,8 @@ from typing import Any
 from tensorkiln.ir.errors import CompileError, RuntimeLaunchError, TargetError
 from tensorkiln.sdk import Artifact, NativeModule, RuntimeLoader, packed_wrappers
 
-__all__ = ["CSimLoader", "CSimModule", "bridge_source", "build_library", "include_dirs", "cache_dir", "CXX_FLAGS"]
+__all__ = ["CSimLoader", "CSimModule", "bridge_source", "build_library", "include_dirs", "cache_dir", "CXX_FLAGS",
+           "precompiled_headers", "ap_types_dir"]
 
 CXX_FLAGS = ("-O2", "-std=c++17", "-fPIC", "-pthread", "-w")
 ERROR_SYMBOL = "tk_csim_error"
@@ -71,8 +72,10 @@ def _run(command: list[str], what: str) -> None:
         raise CompileError(f"fpga_hls: {what} failed ({' '.join(command[:3])} ...):\n{built.stderr[-6000:]}")
 
 
-def _precompiled_headers(compiler: str, flags: tuple[str, ...]) -> Path:
-    """A folder holding tk_hls.h, tk_stream.h and tk_hls.h.gch built with `flags` (once per flag set)."""
+def precompiled_headers(compiler: str | None = None, flags: tuple[str, ...] = CXX_FLAGS) -> Path:
+    """A folder holding tk_hls.h, tk_stream.h and tk_hls.h.gch built with `flags` (once per flag set);
+    put it first on the include path."""
+    compiler = compiler or _compiler()
     headers = "".join((_INCLUDE / name).read_text() for name in _HEADERS)
     key = hashlib.sha256(f"{compiler}\n{flags}\n{headers}\n{ap_types_dir()}".encode()).hexdigest()[:16]
     folder = cache_dir() / f"pch-{key}"
@@ -93,7 +96,7 @@ def _precompiled_headers(compiler: str, flags: tuple[str, ...]) -> Path:
 def build_library(source: str, flags: tuple[str, ...] = CXX_FLAGS) -> Path:
     """The shared library built from C++ `source` (cached by content hash)."""
     compiler = _compiler()
-    pch = _precompiled_headers(compiler, flags)
+    pch = precompiled_headers(compiler, flags)
     key = hashlib.sha256(f"{compiler}\n{flags}\n{pch.name}\n{source}".encode()).hexdigest()
     library = cache_dir() / f"{key}.so"
     if library.exists():

@@ -36,7 +36,7 @@ from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import post_order_visit, rewrite
 
 from .estimate import estimate_kernel
-from .pragmas import PragmaSpelling, spelling_for
+from .pragmas import PragmaSpelling, respell, spelling_for
 from .types import FLOAT, TENSOR_TYPES_ATTR, HLSType, parse_tensor_types
 
 __all__ = ["HLSEmitter", "KernelTypes", "kernel_types", "DEFAULT_TOOL_VERSION", "ACCUMULATOR"]
@@ -157,6 +157,7 @@ class HLSEmitter(CSourceEmitter):
             source, kernels = super().emit_source(prepared, target)
         finally:
             _STATE.reset(token)
+        source = respell(source, spelling)
         real = ACCUMULATOR if state.fixed_module else "float"
         head, _, rest = source.partition("\n")
         source = f"{head}\n\ntypedef {real} tk_real;   // float arithmetic of the kernels\n{rest}"

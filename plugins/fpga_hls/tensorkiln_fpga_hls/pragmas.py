@@ -9,11 +9,12 @@ Chosen by the target option `-tool_version` (e.g. "vitis-2023.2", "vivado-2019.2
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tensorkiln.ir.errors import TargetError
 
-__all__ = ["PragmaSpelling", "spelling_for", "TOOL_VERSIONS"]
+__all__ = ["PragmaSpelling", "spelling_for", "respell", "TOOL_VERSIONS"]
 
 TOOL_VERSIONS = ("vitis-2023.2", "vitis-2022.2", "vitis-2020.2", "vivado-2019.2")
 
@@ -62,3 +63,14 @@ def spelling_for(tool_version: str) -> PragmaSpelling:
         raise TargetError(f"fpga_hls: -tool_version={tool_version!r} is not a tool and year such as "
                           f"{', '.join(TOOL_VERSIONS)}")
     return PragmaSpelling(modern=tool == "vitis" and year >= 2022)
+
+
+_MODERN_PARTITION = re.compile(r"(#pragma HLS ARRAY_PARTITION variable=\S+) type=(\w+)")
+_MODERN_INTERFACE = re.compile(r"(#pragma HLS INTERFACE) mode=(\w+)")
+
+
+def respell(text: str, spelling: PragmaSpelling) -> str:
+    """`text` (intrinsic templates are written in the modern spelling) in `spelling`'s keywords."""
+    if spelling.modern:
+        return text
+    return _MODERN_INTERFACE.sub(r"\1 \2", _MODERN_PARTITION.sub(r"\1 \2", text))
