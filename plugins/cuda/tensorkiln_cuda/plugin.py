@@ -20,7 +20,9 @@ def tensorkiln_strategies(target):
     if not _ours(target):
         return []
     from tensorkiln.sdk.schedules.gpu import gpu_strategies
-    return gpu_strategies(target, prefix="cuda")
+
+    from .tensorcore import tensorcore_strategies
+    return [*tensorcore_strategies(target), *gpu_strategies(target, prefix="cuda")]
 
 
 @hookimpl

@@ -70,3 +70,28 @@ def test_transposed_wmma_for_dense_weights(tmp_path):
     f(a, w, c)   # one thread per block here: the intrinsic's plain-loop path
     np.testing.assert_allclose(c, a.astype("float32") @ w.astype("float32").T, rtol=1e-4, atol=1e-4)
     assert "HMMA" in _sass(f.artifact.binary, tmp_path)   # the warp path is compiled all the same
+
+
+def test_float16_dense_layers_take_the_tensor_core_strategy(tmp_path):
+    """tk.compile picks cuda.dense_wmma for a float16 dense (+ bias + relu) with M, N, K multiples of 16;
+    its kernel is one warp per 16x16 tile, and other shapes fall back with the reason."""
+    from tensorkiln import graph
+    m, n, k = 32, 48, 64
+    x = graph.var("x", shape=(m, k), dtype="float16")
+    w = graph.var("w", shape=(n, k), dtype="float16")
+    b = graph.var("b", shape=(n,), dtype="float16")
+    lib = tk.compile(graph.Module.from_expr(graph.nn.relu(graph.nn.bias_add(graph.nn.dense(x, w), b))),
+                     "cuda -arch=sm_90 -device=cpu_shim")
+    (choice,) = lib.summary()["strategies"].values()
+    assert choice["strategy"] == "cuda.dense_wmma"
+    rng = np.random.default_rng(2)
+    xv, wv, bv = (rng.standard_normal(shape).astype("float16") for shape in ((m, k), (n, k), (n,)))
+    reference = np.maximum(xv.astype("float32") @ wv.astype("float32").T + bv.astype("float32"), 0)
+    np.testing.assert_allclose(lib(xv, wv, bv).astype("float32"), reference, rtol=2e-3, atol=2e-2)
+    (artifact,) = lib.artifacts.values()
+    assert "HMMA.16816.F32" in _sass(artifact.binary, tmp_path)
+    odd = graph.var("odd", shape=(3, k), dtype="float16")
+    other = tk.compile(graph.Module.from_expr(graph.nn.dense(odd, w)), "cuda -device=cpu_shim")
+    (choice,) = other.summary()["strategies"].values()
+    assert choice["strategy"] != "cuda.dense_wmma"
+    assert any("M_N_K_3x48x64_not_multiples_of_16" in str(r) for r in choice["rejected"])
