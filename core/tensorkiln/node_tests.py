@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     for group, counts in summarize(results).items():
         total = sum(counts.values())
         print(f"{group:13s} pass {counts['pass']:4d}  fail {counts['fail']:4d}  "
-              f"unsupported {counts['unsupported']:4d}  (of {total})")
+              f"unsupported {counts['unsupported']:4d}  (of {total}; {100 * counts['pass'] / max(total, 1):.1f}% pass)")
     where = f"on {backend.target} through tensorkiln.onnx_backend" if backend else "with the reference interpreter"
     if args.standard:
         where += " (standard protocol: prepare(model), run(list), nothing bound)"
