@@ -38,8 +38,8 @@ __all__ = ["MeasureOptions", "Built", "build_candidate", "build_from_recipe", "r
 
 @dataclass(frozen=True)
 class MeasureOptions:
-    repeats: int = 3
-    min_seconds: float = 0.02      # per repeat: calls are batched until a batch lasts this long
+    repeats: int = 5
+    min_seconds: float = 0.01      # per repeat: calls are batched until a batch lasts this long
     timeout: float = 20.0          # seconds for one candidate's whole run (load, warm-up, repeats)
     early_stop: float = 3.0        # stop a candidate whose first timed call is this much slower than the best
     rtol: float = 1e-3             # output check against the default's, relative to the largest value

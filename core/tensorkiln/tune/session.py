@@ -5,8 +5,8 @@ output becomes the reference every other candidate is checked against, and its c
 bar. Then batches: the scheduler picks a task (tune/scheduler.py), its tuner proposes
 configs, the measurer builds them in parallel and runs them one at a time; a binary equal
 to an earlier one is not run again; every result, failures included, goes to the tuner,
-the database and the task's history. At the end the best candidate and the default are
-measured again, alternately, and the default stays unless the candidate is still faster:
+the database and the task's history. At the end the three best binaries and the default are
+measured again, alternately, and a candidate not faster than the default then is dropped:
 tuning never returns anything slower than the default.
 """
 from __future__ import annotations
@@ -162,24 +162,39 @@ def _start(state: TaskState, measurer, db, start: float) -> None:
         state.progress.done = True
 
 
-def _confirm(state: TaskState, measurer, rounds: int = 2) -> None:
-    """Measure the best candidate and the default again, alternately; keep the candidate only if it is
-    still faster (noise on a loaded machine must not pick something slower than the default)."""
-    best, default = state.best, state.default
-    if best is None or default is None or not default.valid or best is default or best.digest == default.digest:
+def _confirm(state: TaskState, measurer, top: int = 3, rounds: int = 2) -> None:
+    """Validate and pick: the `top` fastest distinct binaries and the default are measured again,
+    alternately (the same moments, the same load), and each keeps its fastest time. A candidate
+    that is not faster than the default then is marked so, and `best()` never returns something
+    slower than the default."""
+    default = state.default
+    if default is None or not default.valid:
         return
-    built = {r.trial: b for r, b in zip((best, default), measurer.build(state.task, [best.config, default.config]))}
-    times = {best.trial: [best.cost], default.trial: [default.cost]}
+    ranked, seen = [], {default.digest}
+    for result in sorted((r for r in state.results if r.status == OK), key=lambda r: r.cost):
+        if result.digest not in seen:
+            seen.add(result.digest)
+            ranked.append(result)
+        if len(ranked) == top:
+            break
+    if not ranked:
+        return
+    contenders = [default, *ranked]
+    built = measurer.build(state.task, [r.config for r in contenders])
+    times = {r.trial: [r.cost] for r in contenders}
     for _ in range(rounds):
-        for result in (best, default):
-            answer = measurer.run(state.task, built[result.trial], state.inputs, state.reference, None)
+        for result, candidate in zip(contenders, built):
+            if candidate.artifact is None:
+                continue
+            answer = measurer.run(state.task, candidate, state.inputs, state.reference, None)
             if answer.get("status") == OK:
                 times[result.trial].append(answer["cost"])
-    best_time, default_time = min(times[best.trial]), min(times[default.trial])
-    best.cost, default.cost = best_time, default_time
-    if best_time > default_time:
-        best.status, best.error = "slower_on_recheck", (f"{best_time * 1e3:.3f} ms on re-measuring, the default "
-                                                        f"{default_time * 1e3:.3f} ms")
+    for result in contenders:
+        result.cost = min(times[result.trial])
+    for result in ranked:
+        if result.cost >= default.cost:
+            result.status = "slower_on_recheck"
+            result.error = f"{result.cost * 1e3:.4f} ms on re-measuring, the default {default.cost * 1e3:.4f} ms"
 
 
 def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | Callable" = "model", db=None,
