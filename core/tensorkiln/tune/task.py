@@ -94,8 +94,8 @@ class Task:
             if "op" in recipe:
                 task = cls.from_op(recipe["op"], recipe["shape"], recipe["target"], recipe.get("dtype", "float32"))
             else:
-                found = {t.key: t for t in extract_tasks(recipe["model"], recipe["target"],
-                                                         shape=recipe.get("shape"), with_recipes=False)}
+                found = {t.key: t for t in extract_tasks(recipe["model"], recipe["target"], shape=recipe.get("shape"),
+                                                         opt_level=recipe.get("opt_level"), with_recipes=False)}
                 if recipe["key"] not in found:
                     raise TensorkilnError(f"model {recipe['model']} has no group with workload {recipe['key']}")
                 task = found[recipe["key"]]
@@ -225,7 +225,7 @@ def extract_tasks(model, target="cpu_llvm", *, shape: dict | None = None, opt_le
             fixed.add(key)   # nothing to choose
             continue
         if with_recipes and isinstance(model, str):
-            task.recipe = {"model": model, "shape": shape, "target": str(resolved), "key": key}
+            task.recipe = {"model": model, "shape": shape, "opt_level": opt_level, "target": str(resolved), "key": key}
         by_key[key] = task
     tasks = sorted(by_key.values(), key=lambda t: -t.weight)
     names: dict[str, int] = {}

@@ -1,0 +1,110 @@
+"""benchmarks/tune_gemm.py: tune fp32 GEMM on cpu_llvm and compare with numpy (OpenBLAS).
+
+    python benchmarks/tune_gemm.py [--size 1024] [--trials 128] [--budget 120] [--strategy model]
+                                   [--compare random --compare-trials 32 --seeds 2]
+
+1. numpy's A @ B (all cores), median of `--repeat` runs;
+2. `tune.tune` on `Task.from_op("gemm", (n, n, n))` within `--trials` and `--budget` seconds
+   (trial 0 is the analytic default); its wall time includes building and measuring;
+3. `tk.compile` of the matmul with the tuning database, timed against numpy alternately in one
+   process (the ratio that counts: same moment, same load);
+4. with --compare: each strategy (the main one and --compare) at equal trials, the best
+   cost after 8, 16, ... trials, per seed (model-guided vs random).
+Prints `uptime` before and after: the machine is shared.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+
+for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):   # numpy uses OpenBLAS's own choices
+    os.environ.pop(_name, None)
+
+import numpy as np  # noqa: E402
+
+import tensorkiln as tk  # noqa: E402
+from tensorkiln import graph, tune  # noqa: E402
+
+
+def uptime() -> str:
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
+def alternate(runs: dict, repeat: int) -> dict:
+    """Median seconds of each callable, run alternately `repeat` times after a warm-up."""
+    times = {name: [] for name in runs}
+    for run in runs.values():
+        run()
+    for _ in range(repeat):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def curve(task, checkpoints) -> list:
+    out, best = [], float("inf")
+    for result in task.results:
+        if result.valid:
+            best = min(best, result.cost)
+        if result.trial + 1 in checkpoints:
+            out.append(best)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--trials", type=int, default=128)
+    parser.add_argument("--budget", type=float, default=120.0)
+    parser.add_argument("--strategy", default="model")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--db", default="")
+    parser.add_argument("--compare", default="", help="a second strategy to compare at equal trials")
+    parser.add_argument("--compare-trials", type=int, default=32)
+    parser.add_argument("--seeds", type=int, default=2)
+    args = parser.parse_args()
+    n = args.size
+    print("uptime before:", uptime())
+    db = tune.Database(args.db or ":memory:")
+    task = tune.Task.from_op("gemm", (n, n, n), "cpu_llvm")
+    print(f"task {task.name}: {task.implementation_name}, space {task.space.size} configs, "
+          f"knobs {[k.name for k in task.space.knobs]}")
+    start = time.perf_counter()
+    result = tune.tune(task, trials=args.trials, strategy=args.strategy, db=db, time_budget=args.budget)
+    wall = time.perf_counter() - start
+    flops = 2.0 * n ** 3
+    row = result.summary()[0]
+    print(f"tuned {row['trials']} trials in {wall:.1f} s: default {row['default_ms']:.2f} ms, best {row['best_ms']:.2f} ms "
+          f"({flops / row['best_ms'] / 1e6:.1f} GFLOP/s) {row['best_config']}; failed/stopped {row['failed']}")
+    a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
+    b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
+    model = graph.nn.matmul(graph.var("A", shape=(n, n)), graph.var("B", shape=(n, n)))
+    tuned = tk.compile(model, "cpu_llvm", tuning_db=db)
+    default = tk.compile(model, "cpu_llvm")
+    np.testing.assert_allclose(tuned.run([a, b])[0], a @ b, rtol=1e-3, atol=1e-2)
+    out = np.empty((n, n), np.float32)
+    times = alternate({"numpy": lambda: np.matmul(a, b, out=out), "tensorkiln tuned": lambda: tuned.run([a, b]),
+                       "tensorkiln default": lambda: default.run([a, b])}, args.repeat)
+    for name, seconds in times.items():
+        print(f"  {name:20s} {seconds * 1e3:8.2f} ms  {flops / seconds / 1e9:7.1f} GFLOP/s  "
+              f"{times['numpy'] / seconds:5.2f}x numpy")
+    print(f"RESULT gemm {n}^3: tuned/numpy speed ratio {times['numpy'] / times['tensorkiln tuned']:.2f} "
+          f"(>= 0.9 wanted), tuning {wall:.0f} s, {row['trials']} trials")
+    if args.compare:
+        checkpoints = [c for c in (4, 8, 16, 24, 32, 48, 64, 96, 128) if c <= args.compare_trials]
+        print(f"best cost (ms) after {checkpoints} trials, equal trials per strategy:")
+        for strategy in (args.strategy, args.compare):
+            for seed in range(args.seeds):
+                fresh = tune.Task.from_op("gemm", (n, n, n), "cpu_llvm")
+                tune.tune(fresh, trials=args.compare_trials, strategy=strategy, seed=seed + 10, confirm=False)
+                print(f"  {strategy:12s} seed {seed}: " + " ".join(f"{c * 1e3:7.2f}" for c in curve(fresh, checkpoints)))
+    print("uptime after:", uptime())
+
+
+if __name__ == "__main__":
+    main()
