@@ -71,4 +71,5 @@ def _wmma(name: str, transposed_b: bool):
 
 def cuda_intrinsics(target) -> list:
     """The intrinsics of the cuda target (called by the tensorkiln_intrinsics hook)."""
-    return [_wmma(WMMA_NN, False), _wmma(WMMA_NT, True)]
+    from .mma import mma_intrinsic
+    return [_wmma(WMMA_NN, False), _wmma(WMMA_NT, True), mma_intrinsic()]
