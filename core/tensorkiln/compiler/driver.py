@@ -113,7 +113,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     it, or a plan whose activations + weights + inputs exceed it, raises
     MemoryLimitError naming the largest tensor, before anything is allocated.
     `tuning_db` (a `tensorkiln.tune.Database`, default the one `tune.apply_history_best` made
-    current) applies the best tuning record of each group's workload, target and plugin version;
+    current) applies the best tuning record of each group's workload, target and plugin version.
     With a database, `lib.summary()["strategies"][kernel]["tuning_record"]` names the record a group
     used (None: it had none and kept the analytic defaults).
     """
