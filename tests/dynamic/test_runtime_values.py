@@ -10,7 +10,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import tensorkiln as tk
-from tensorkiln.ir.errors import RuntimeLaunchError, ShapeError
+from tensorkiln.ir.errors import RuntimeLaunchError, ShapeError, UnsupportedOpError
 from tensorkiln.runtime.specialize import SpecializedModel
 
 pytestmark = pytest.mark.skipif(not tk.target("cpu_llvm").spec.is_available, reason="cpu_llvm codegen not available")
@@ -130,3 +130,19 @@ def test_value_input_errors_stay_clear():
         lib.run({"x": X, "shape": np.array([5, 5])})
     with pytest.raises(RuntimeLaunchError, match="dtype int32, expected int64"):
         lib.run({"x": X, "shape": np.array([6, 4], np.int32)})
+
+
+def test_dropout_training_mode_from_an_input():
+    node = helper.make_node("Dropout", ["x", "ratio", "training"], ["y", "mask"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", F, [2, 3, 4]),
+                                            helper.make_tensor_value_info("ratio", F, []),
+                                            helper.make_tensor_value_info("training", TensorProto.BOOL, [])],
+                              [helper.make_tensor_value_info("y", F, None),
+                               helper.make_tensor_value_info("mask", TensorProto.BOOL, None)])
+    lib = tk.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), target="cpu_llvm")
+    for ratio, training in ((0.5, False), (0.0, True)):
+        y, mask = lib.run({"x": X, "ratio": np.array(ratio, np.float32), "training": np.array(training)})
+        np.testing.assert_array_equal(y, X)
+        assert mask.all()
+    with pytest.raises(UnsupportedOpError, match="random mask"):
+        lib.run({"x": X, "ratio": np.array(0.5, np.float32), "training": np.array(True)})

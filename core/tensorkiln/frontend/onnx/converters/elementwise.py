@@ -33,11 +33,18 @@ def _identity(node: OnnxNode) -> Expr:
 @converter("Dropout")
 def _dropout(node: OnnxNode):
     data = node.required(0)
-    training = node.input(2)
-    if training is not None and (not isinstance(training, Constant) or bool(training.value)):
-        raise node.unsupported("training_mode must be a constant False; export the model in inference mode")
+    # training_mode from a graph input is specialised on at run time (ValueNotStaticError); in training mode
+    # a ratio of 0 drops nothing, any other ratio draws random numbers
+    training = node.const(2, "training_mode")
+    if training is not None and bool(training) and float(_or_default(node.const(1, "ratio"), 0.5)) != 0.0:
+        raise node.unsupported("training_mode=True with a ratio above 0 draws a random mask; export the model in "
+                               "inference mode")
     mask = Constant(np.ones(data.shape, dtype=bool))
     return (data, mask)
+
+
+def _or_default(value, default):
+    return default if value is None else value
 
 
 @converter("LeakyRelu")
