@@ -81,3 +81,14 @@ def test_a_user_tuner_plugs_in_through_the_interface():
 def test_unknown_strategy_is_a_clear_error():
     with pytest.raises(TensorkilnError, match="unknown tuning strategy 'genetic'.*evolutionary"):
         make_tuner("genetic", SPACE)
+
+
+def test_optuna_gp_sampler_runs_or_says_what_it_needs():
+    from tensorkiln.tune import OptunaTuner
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        with pytest.raises(TensorkilnError, match="GP sampler needs torch"):
+            OptunaTuner(SPACE, sampler="gp")
+        return
+    assert search(OptunaTuner(SPACE, seed=1, sampler="gp"), 100) == OPTIMUM
