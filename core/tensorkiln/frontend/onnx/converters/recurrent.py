@@ -4,7 +4,7 @@ The input projection of every time step is one GEMM up front (X times W, plus th
 biases that do not depend on the state). The cell (the state's GEMM with R and the
 gate math, which fusion makes one elementwise kernel) then runs once per step:
 
-- unrolled, when the sequence is at most `UNROLL_LIMIT` steps: each step's kernels are
+- unrolled, when the sequence is at most `UNROLL_LIMIT` steps (faster to run, slower to compile): each step's kernels are
   structurally equal, so the compiler builds them once and the executor launches them
   with no host loop in between;
 - otherwise as a `scan` over time whose body is the cell, compiled once and run by the
@@ -30,8 +30,12 @@ from ....ir.errors import FrontendError
 from ..node import OnnxNode
 from ._registry import converter
 
-UNROLL_LIMIT = 16
-"""Sequences up to this length are unrolled; longer ones run as a scan over a compiled cell."""
+UNROLL_LIMIT = 32
+"""Sequences up to this length are unrolled; longer ones run as a scan over a compiled cell.
+
+Unrolled runs faster (no host loop; measured on the 2-core CI-like host, LSTM hidden 32, batch 1,
+best of 30: 16 steps 0.46 ms unrolled vs 0.77 ms as a scan; 64 steps 4.5 ms vs 24 ms), but its
+compile time grows with the length (64 steps: 7.6 s vs 1.4 s), which this limit bounds."""
 
 _GATES = {"RNN": 1, "LSTM": 4, "GRU": 3}
 _DEFAULT_ACTIVATIONS = {"RNN": ("Tanh",), "LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
