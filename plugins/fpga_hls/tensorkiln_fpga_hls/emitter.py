@@ -36,6 +36,7 @@ from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import post_order_visit, rewrite
 
 from .estimate import estimate_kernel
+from .lint import lint_module
 from .pragmas import PragmaSpelling, respell, spelling_for
 from .types import FLOAT, TENSOR_TYPES_ATTR, HLSType, parse_tensor_types
 
@@ -158,6 +159,7 @@ class HLSEmitter(CSourceEmitter):
         finally:
             _STATE.reset(token)
         source = respell(source, spelling)
+        lint_module([f for f in funcs if isinstance(f, tir.PrimFunc)], source, spelling)
         real = ACCUMULATOR if state.fixed_module else "float"
         head, _, rest = source.partition("\n")
         source = f"{head}\n\ntypedef {real} tk_real;   // float arithmetic of the kernels\n{rest}"
