@@ -238,22 +238,24 @@ class _Estimator:
 
 
 def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> int:
-    """The II the memory ports of `loop`'s body allow (accesses per iteration per port)."""
+    """The II the memory ports of `loop`'s body allow: accesses per iteration per port, where
+    loops inside the pipelined loop are unrolled, so their accesses count once per iteration."""
     reads: dict[str, int] = {}
     writes: dict[str, int] = {}
-    buffers: dict[str, tir.Buffer] = {}
 
-    def visit(node):
+    def count(node, times: int) -> None:
+        if isinstance(node, tir.For):
+            count(node.body, times * (_const(node.extent) or 1))
+            return
         if isinstance(node, tir.Load):
-            reads[node.buffer.name] = reads.get(node.buffer.name, 0) + 1
-            buffers[node.buffer.name] = node.buffer
+            reads[node.buffer.name] = reads.get(node.buffer.name, 0) + times
         elif isinstance(node, tir.Store):
-            writes[node.buffer.name] = writes.get(node.buffer.name, 0) + 1
-            buffers[node.buffer.name] = node.buffer
-    from tensorkiln.tir.visit import post_order_visit
-    post_order_visit(loop.body, visit)
+            writes[node.buffer.name] = writes.get(node.buffer.name, 0) + times
+        for child in _children(node):
+            count(child, times)
+    count(loop.body, 1)
     bound = 1
-    for name in buffers:
+    for name in set(reads) | set(writes):
         if name in partitioned:
             continue
         if name in params:   # m_axi: one read channel and one write channel
@@ -261,6 +263,20 @@ def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> 
         else:                # BRAM: two ports shared by reads and writes
             bound = max(bound, math.ceil((reads.get(name, 0) + writes.get(name, 0)) / 2))
     return bound
+
+
+def _children(node) -> list:
+    """The statements and expressions directly inside `node`."""
+    if isinstance(node, tir.SeqStmt):
+        return list(node.stmts)
+    found = []
+    for name in getattr(node, "__dataclass_fields__", {}):
+        value = getattr(node, name)
+        if isinstance(value, (tir.Stmt, tir.PrimExpr)):
+            found.append(value)
+        elif isinstance(value, tuple):
+            found.extend(v for v in value if isinstance(v, (tir.Stmt, tir.PrimExpr)))
+    return found
 
 
 def systolic_resources(rows: int, cols: int, dtype: str = "int8") -> dict[str, int]:

@@ -25,8 +25,7 @@ def test_target_is_available_through_csimulation(capsys):
 def test_pipelined_matmul_matches_numpy_and_is_cached(matmul):
     a, b, c = matmul(48, 40, 24)
     s = te.create_schedule(c.op)
-    i, j = s[c].op.axis
-    s[c].pipeline(j, 1)
+    s[c].pipeline(s[c].op.reduce_axis[0], 1)
     f = tk.build(s, [a, b, c], target="fpga_hls", name="mm")
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((48, 24), dtype=np.float32), rng.standard_normal((24, 40), dtype=np.float32)
