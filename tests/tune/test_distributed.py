@@ -82,3 +82,33 @@ def test_a_task_without_recipe_cannot_travel():
                                  "cpu_llvm")
     with pytest.raises(TensorkilnError, match="no recipe"):
         DaskMeasurer.build(DaskMeasurer.__new__(DaskMeasurer), task, [{}])
+
+
+@pytest.mark.slow
+def test_a_build_lost_with_its_worker_is_run_again_on_another():
+    """Worker processes (not threads): one is killed while builds are under way; every build still
+    comes back, with the binaries a local build gives."""
+    import os
+    import signal
+    import threading
+
+    from tensorkiln.tune.distributed import local_cluster
+    from tensorkiln.tune.measure import build_candidate
+
+    task = tune.Task.from_op("gemm", (64, 128, 64), TARGET)
+    configs = list(task.space)[:8]
+    cluster = local_cluster(task.target, workers=2)
+    try:
+        with distributed.Client(cluster) as client:
+            measurer = DaskMeasurer(client, OPTIONS)
+            measurer.build(task, configs[:2])   # both workers have imported tensorkiln
+            victim = next(iter(cluster.workers.values())).process.process.pid   # a worker process we started
+            timer = threading.Timer(1.0, os.kill, (victim, signal.SIGKILL))
+            timer.start()
+            built = measurer.build(task, configs)
+            timer.join()
+            assert victim not in {w.process.process.pid for w in cluster.workers.values() if w.process.process}
+    finally:
+        cluster.close()
+    assert [b.result.digest for b in built] == [build_candidate(task, c).result.digest for c in configs]
+    assert all(b.artifact is not None for b in built)
