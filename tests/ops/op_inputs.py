@@ -284,6 +284,8 @@ def _topk(rng, size):
     return [Case([x], tensor.TopKAttrs(k=3)), Case([x], tensor.TopKAttrs(k=2, axis=0, largest=False), label="smallest")]
 
 
+from ..onnx_ops.op_cases import CASES as _ONNX_OPS_CASES  # noqa: E402  (ops added for ONNX coverage)
+
 CASES: dict[str, Callable] = {
     **{name: _unary(name) for name in (*ew._UNARY_FLOAT, *ew._UNARY_ANY, "logical_not", "bitwise_not", "isnan")},
     "isinf": _simple(lambda rng, size: _unary("isinf")(rng, size)[0].inputs, ew.IsInfAttrs(),
@@ -332,6 +334,7 @@ CASES: dict[str, Callable] = {
                                 layout.LayoutTransformAttrs(src_layout="NCHW", dst_layout="NCHW8c"),
                                 layout.LayoutTransformAttrs(src_layout="NCHW", dst_layout="NHWC4c")),
     "image.resize": _resize,
+    **_ONNX_OPS_CASES,
 }
 
 

@@ -1,0 +1,31 @@
+"""Inputs for tests/ops' per-op numerics tests (test_op_numerics, the conformance kit's cases) of the
+ops added for ONNX coverage (issue 18); tests/ops/op_inputs.py merges CASES into its table."""
+from __future__ import annotations
+
+import numpy as np
+
+from tensorkiln.graph.ops.sampling import GridSampleAttrs
+from tensorkiln.graph.ops.tensor import CumsumAttrs
+
+
+def _case(*args, **kwargs):
+    from ..ops.op_inputs import Case   # op_inputs imports this module: import at call time
+    return Case(*args, **kwargs)
+
+
+def _cumprod(rng, size):
+    x = rng.uniform(0.5, 1.5, (3, 5) if size == "tiny" else (16, 300)).astype("float32")
+    return [_case([x], CumsumAttrs(axis=1), atol=1e-4),
+            _case([x], CumsumAttrs(axis=0, exclusive=True, reverse=True), label="exclusive reverse", atol=1e-4)]
+
+
+def _grid_sample(rng, size):
+    data = rng.uniform(-2, 2, (1, 2, 5, 4) if size == "tiny" else (2, 8, 32, 32)).astype("float32")
+    grid = rng.uniform(-1.3, 1.3, (data.shape[0], 3, 4, 2) if size == "tiny" else (2, 16, 16, 2)).astype("float32")
+    return [_case([data, grid], GridSampleAttrs(mode=mode, padding_mode=padding, align_corners=align),
+                  label=f"{mode} {padding} align={align}", atol=1e-4)
+            for mode, padding, align in (("linear", "zeros", False), ("nearest", "border", True),
+                                         ("cubic", "reflection", False))]
+
+
+CASES = {"cumprod": _cumprod, "image.grid_sample": _grid_sample}
