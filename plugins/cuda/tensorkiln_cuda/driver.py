@@ -14,14 +14,13 @@ target's reason ("no CUDA driver: ...") and compiling keeps working.
 from __future__ import annotations
 
 import ctypes
-import functools
 import threading
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
 
-from tensorkiln.ir.dtypes import dtype_of, from_numpy, to_numpy
+from tensorkiln.ir.dtypes import from_numpy, to_numpy
 from tensorkiln.ir.errors import CompileError, RuntimeLaunchError, TargetError
 from tensorkiln.sdk import Artifact, KernelFunction, LoadedModule, launch_geometry
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from tensorkiln import te
 
-__all__ = ["tiled_gemm", "wmma_gemm"]
+__all__ = ["tiled_gemm", "wmma_gemm", "warp_tile_gemm"]
 
 
 def tiled_gemm(n: int, block: int = 64, per_thread: int = 4, k_step: int = 16, dtype: str = "float32"):
@@ -48,29 +48,37 @@ def tiled_gemm(n: int, block: int = 64, per_thread: int = 4, k_step: int = 16, d
     return s, (A, B, C)
 
 
-def wmma_gemm(n: int, intrinsic=None):
-    """C (fp32) = A (fp16) @ B (fp16) with the wmma intrinsic: a block is one warp on one 16x16 tile, the
-    16x16 operand tiles of each K step fetched into shared memory by the warp's 32 threads."""
-    if intrinsic is None:
-        from .intrinsics import WMMA_NN, cuda_intrinsics
-        intrinsic = next(i for i in cuda_intrinsics(None) if i.name == WMMA_NN)
-    A = te.placeholder((n, n), dtype="float16", name="A")
-    B = te.placeholder((n, n), dtype="float16", name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(te.cast(A[i, k], "float32") * te.cast(B[k, j], "float32"), axis=k),
-                   name="C")
+def warp_tile_gemm(m: int, n: int, k: int, intrinsic, tile_n: int = 16, weight_rows: bool = False):
+    """C (fp32) = A (fp16) @ B (fp16) with a warp-level intrinsic on (16 x tile_n) output tiles: a block is one
+    warp on one tile, the operand tiles of each K step (16) fetched into shared memory by its 32 threads.
+    `weight_rows`: B is given as W[n, k] (dense's layout, C = A @ W^T) instead of B[k, n]."""
+    A = te.placeholder((m, k), dtype="float16", name="A")
+    B = te.placeholder((n, k) if weight_rows else (k, n), dtype="float16", name="B")
+    r = te.reduce_axis((0, k), name="k")
+
+    def product(i, j):
+        right = B[j, r] if weight_rows else B[r, j]
+        return te.sum(te.cast(A[i, r], "float32") * te.cast(right, "float32"), axis=r)
+    C = te.compute((m, n), product, name="C")
     s = te.create_schedule(C.op)
-    AS, BS = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
+    caches = [s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])]
     io, ii = s[C].split(C.op.axis[0], factor=16)
-    jo, ji = s[C].split(C.op.axis[1], factor=16)
+    jo, ji = s[C].split(C.op.axis[1], factor=tile_n)
     ko, ki = s[C].split(s[C].op.reduce_axis[0], factor=16)
     s[C].reorder(io, jo, ko, ii, ji, ki)
     s[C].bind(io, te.thread_axis("blockIdx.y"))
     s[C].bind(jo, te.thread_axis("blockIdx.x"))
-    for cache in (AS, BS):
+    for cache in caches:
         s[cache].compute_at(s[C], ko)
-        fused = s[cache].fuse(*s[cache].op.axis)
-        _, lane = s[cache].split(fused, factor=32)
+        _, lane = s[cache].split(s[cache].fuse(*s[cache].op.axis), factor=32)
         s[cache].bind(lane, te.thread_axis("threadIdx.x"))
     s[C].tensorize(ii, intrinsic)
     return s, (A, B, C)
+
+
+def wmma_gemm(n: int, intrinsic=None):
+    """C (fp32) = A (fp16) @ B (fp16), n x n, on tensor cores through wmma 16x16x16."""
+    if intrinsic is None:
+        from .intrinsics import WMMA_NN, cuda_intrinsics
+        intrinsic = next(i for i in cuda_intrinsics(None) if i.name == WMMA_NN)
+    return warp_tile_gemm(n, n, n, intrinsic)

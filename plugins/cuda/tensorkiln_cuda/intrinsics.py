@@ -17,33 +17,42 @@ from __future__ import annotations
 from tensorkiln import te
 from tensorkiln.sdk.intrinsic_impl import SourceImpl
 
-__all__ = ["cuda_intrinsics", "WMMA_NN", "WMMA_NT", "WMMA_INTRINSICS", "wmma_code"]
+__all__ = ["cuda_intrinsics", "WMMA_NN", "WMMA_NT", "WMMA_INTRINSICS", "wmma_code", "serial_tile_code"]
 
 WMMA_NN = "cuda_wmma_16x16x16_f16"
 WMMA_NT = "cuda_wmma_16x16x16_f16_nt"
 WMMA_INTRINSICS = (WMMA_NN, WMMA_NT)
 
 
+def serial_tile_code(columns: int, a: str, b: str, c: str, a_index: str, b_index: str, c_index: str) -> str:
+    """The opening of a warp-level tile routine: in a block that is not whole warps (the kit tensorizes with
+    no thread binding) one thread computes the (16 x columns) tile with plain loops and returns. Indices in
+    terms of i (row), j (column) and k."""
+    return f"""\
+    if ((blockDim.x * blockDim.y * blockDim.z) % 32 != 0) {{   // not whole warps: one thread, plain loops
+        for (int i = 0; i < 16; ++i)
+            for (int j = 0; j < {columns}; ++j) {{
+                float sum = accumulate ? {c}[{c_index}] : 0.0f;
+                for (int k = 0; k < 16; ++k)
+                    sum += __half2float({a}[{a_index}]) * __half2float({b}[{b_index}]);
+                {c}[{c_index}] = sum;
+            }}
+        return;
+    }}"""
+
+
 def wmma_code(symbol: str, b_layout: str) -> str:
     """CUDA C of one wmma tile: A row-major, B `b_layout` ("row_major" or "col_major"), C row-major fp32.
     A block that is not whole warps (the kit's serial tensorize) computes the tile with plain loops."""
     b_index = "k * ldb + j" if b_layout == "row_major" else "j * ldb + k"
+    serial_tile = serial_tile_code(16, "a", "b", "c", "i * lda + k", b_index, "i * ldc + j")
     return f"""\
 #ifndef TK_CUDA_SHIM
 #include <mma.h>
 #endif
 __device__ __forceinline__ void {symbol}(const half* a, const half* b, float* c, int64_t lda, int64_t ldb,
                                           int64_t ldc, int32_t accumulate) {{
-    if ((blockDim.x * blockDim.y * blockDim.z) % 32 != 0) {{   // not whole warps: one thread, plain loops
-        for (int i = 0; i < 16; ++i)
-            for (int j = 0; j < 16; ++j) {{
-                float sum = accumulate ? c[i * ldc + j] : 0.0f;
-                for (int k = 0; k < 16; ++k)
-                    sum += __half2float(a[i * lda + k]) * __half2float(b[{b_index}]);
-                c[i * ldc + j] = sum;
-            }}
-        return;
-    }}
+{serial_tile}
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, half, nvcuda::wmma::row_major> fa;
     nvcuda::wmma::fragment<nvcuda::wmma::matrix_b, 16, 16, 16, half, nvcuda::wmma::{b_layout}> fb;
     nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> fc;

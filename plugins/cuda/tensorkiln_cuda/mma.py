@@ -25,6 +25,8 @@ import numpy as np
 from tensorkiln import te
 from tensorkiln.sdk.intrinsic_impl import SourceImpl
 
+from .intrinsics import serial_tile_code
+
 __all__ = ["A_OFFSETS", "B_OFFSETS", "C_OFFSETS", "lane_elements", "distribute", "gather", "emulate_mma",
            "MMA_NT", "mma_intrinsic", "mma_code"]
 
@@ -81,18 +83,11 @@ def mma_code(symbol: str = f"tk_{MMA_NT}") -> str:
     c_stores = "\n".join(f"    out[{_element_index('c', i, 'ldc')}] = d[{i}];" for i in range(4))
     shim_stores = "\n".join(f"        out[{_element_index('c', i, 'ldc')}] = tile[{_element_index('c', i, '8')}];"
                             for i in range(4))
+    serial_tile = serial_tile_code(8, "a", "w", "out", "i * lda + k", "j * ldw + k", "i * ldc + j")
     return f"""\
 __device__ __forceinline__ void {symbol}(const half* a, const half* w, float* out, int64_t lda, int64_t ldw,
                                          int64_t ldc, int32_t accumulate) {{
-    if ((blockDim.x * blockDim.y * blockDim.z) % 32 != 0) {{   // not whole warps: one thread, plain loops
-        for (int r = 0; r < 16; ++r)
-            for (int n = 0; n < 8; ++n) {{
-                float sum = accumulate ? out[r * ldc + n] : 0.0f;
-                for (int k = 0; k < 16; ++k) sum += __half2float(a[r * lda + k]) * __half2float(w[n * ldw + k]);
-                out[r * ldc + n] = sum;
-            }}
-        return;
-    }}
+{serial_tile}
     const unsigned lane = (threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) % 32;
     const int g = lane / 4, t = lane % 4;
 #ifdef TK_CUDA_SHIM
@@ -102,7 +97,7 @@ __device__ __forceinline__ void {symbol}(const half* a, const half* w, float* ou
         for (int r = 0; r < 16; ++r)
             for (int n = 0; n < 8; ++n) {{
                 float sum = accumulate ? out[r * ldc + n] : 0.0f;
-                for (int k = 0; k < 16; ++k) sum += __half2float(a[r * lda + k]) * __half2float(w[n * ldw + k]);
+                for (int k = 0; k < 16; ++k) sum += float(a[r * lda + k]) * float(w[n * ldw + k]);
                 tile[r * 8 + n] = sum;
             }}
         __syncwarp();

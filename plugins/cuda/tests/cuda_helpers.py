@@ -1,7 +1,13 @@
 """Schedules the cuda tests share (imported by name: every conftest.py is a module called conftest)."""
 from __future__ import annotations
 
+import os
+import subprocess
+
+import pytest
+
 from tensorkiln import te
+from tensorkiln_cuda.nvrtc import include_dirs
 
 
 def bind_1d(s, tensor, threads: int):
@@ -15,29 +21,13 @@ def bind_1d(s, tensor, threads: int):
     return outer, inner
 
 
-def tiled_matmul(n: int, tile: int, dtype: str = "float32"):
-    """The seed's GEMM: (tile x tile) blocks, operand tiles in shared memory, accumulator in registers."""
-    A = te.placeholder((n, n), dtype=dtype, name="A")
-    B = te.placeholder((n, n), dtype=dtype, name="B")
-    k = te.reduce_axis((0, n), name="k")
-    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
-    s = te.create_schedule(C.op)
-    AA, BB = s.cache_read(A, "shared", [C]), s.cache_read(B, "shared", [C])
-    CC = s.cache_write(C, "local")
-    i, j = s[C].op.axis
-    bi, ti = s[C].split(i, factor=tile)
-    bj, tj = s[C].split(j, factor=tile)
-    s[C].reorder(bi, bj, ti, tj)
-    s[C].bind(bi, te.thread_axis("blockIdx.y"))
-    s[C].bind(bj, te.thread_axis("blockIdx.x"))
-    s[C].bind(ti, te.thread_axis("threadIdx.y"))
-    s[C].bind(tj, te.thread_axis("threadIdx.x"))
-    s[CC].compute_at(s[C], tj)
-    for cache in (AA, BB):
-        s[cache].compute_at(s[C], bj)
-        fused = s[cache].fuse(*s[cache].op.axis)
-        outer, tx = s[cache].split(fused, factor=tile)
-        _, ty = s[cache].split(outer, factor=tile)
-        s[cache].bind(ty, te.thread_axis("threadIdx.y"))
-        s[cache].bind(tx, te.thread_axis("threadIdx.x"))
-    return s, (A, B, C)
+def sass(cubin: bytes, tmp_path) -> str:
+    tools = [os.path.join(os.path.dirname(d), "bin") for d in include_dirs()]
+    tools = [t for t in tools if os.path.exists(os.path.join(t, "cuobjdump")) and os.path.exists(os.path.join(t, "nvdisasm"))]
+    if not tools:
+        pytest.skip("cuobjdump and nvdisasm (nvidia-cuda-cuobjdump / -nvdisasm wheels) are not installed")
+    path = tmp_path / "kernel.cubin"
+    path.write_bytes(cubin)
+    env = {**os.environ, "PATH": f"{tools[0]}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run([os.path.join(tools[0], "cuobjdump"), "-sass", str(path)], capture_output=True,
+                          text=True, env=env, check=True).stdout

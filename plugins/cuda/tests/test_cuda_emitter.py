@@ -12,7 +12,8 @@ import tensorkiln as tk
 from tensorkiln import te
 from tensorkiln.ir.errors import CompileError
 
-from cuda_helpers import bind_1d, tiled_matmul
+from cuda_helpers import bind_1d
+from tensorkiln_cuda.gemm import tiled_gemm
 
 
 def _exp_kernel(n=1024, threads=128, dtype="float32"):
@@ -37,13 +38,15 @@ def test_global_kernel_with_launch_bounds_runs_on_the_shim(shim_target):
 
 
 def test_te_gemm_bound_to_blocks_and_threads_matches_numpy():
-    """The issue's acceptance case: tk.build(..., target="cuda") with blockIdx/threadIdx, shared tiles, barriers."""
+    """The issue's acceptance case: tk.build(..., target="cuda") with blockIdx/threadIdx, shared tiles, barriers
+    (tiled_gemm: 8x8 blocks of one output per thread, A/B tiles of 16 along K in shared memory)."""
     n = 64
-    s, (A, B, C) = tiled_matmul(n, 8)
+    s, (A, B, C) = tiled_gemm(n, block=8, per_thread=1, k_step=16)
     f = tk.build(s, [A, B, C], target="cuda", name="gemm")
     source = f.get_source()
     assert "__global__" in source and "__launch_bounds__(64)" in source
-    assert "__shared__ __align__(32) float A_shared[" in source and source.count("__syncthreads();") == 1
+    # K in steps of 16: a barrier after the fetch and one before the next step overwrites the tiles
+    assert "__shared__ __align__(32) float A_shared[128];" in source and source.count("__syncthreads();") == 2
     rng = np.random.default_rng(1)
     a, b = rng.standard_normal((n, n), "float32"), rng.standard_normal((n, n), "float32")
     c = np.full((n, n), np.nan, "float32")

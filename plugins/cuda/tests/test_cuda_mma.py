@@ -3,12 +3,14 @@ on the CPU shim vs numpy, and LDSM + HMMA in its sm_80 SASS."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import tensorkiln as tk
 from tensorkiln import te
 
+from tensorkiln_cuda.gemm import warp_tile_gemm
 from tensorkiln_cuda.mma import MMA_NT, distribute, emulate_mma, gather, lane_elements
-from test_cuda_wmma import _sass
+from cuda_helpers import sass as _sass
 
 
 def test_layout_covers_every_element_once_per_operand():
@@ -27,26 +29,10 @@ def test_emulated_warp_mma_is_the_matrix_product():
     np.testing.assert_allclose(gather("c", fragments), a.astype("float32") @ b.astype("float32") + c, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_mma_gemm_on_the_shim_and_its_sass(tmp_path):
     m, n, k = 32, 16, 32
-    X = te.placeholder((m, k), dtype="float16", name="X")
-    W = te.placeholder((n, k), dtype="float16", name="W")
-    r = te.reduce_axis((0, k), name="r")
-    Y = te.compute((m, n), lambda i, j: te.sum(te.cast(X[i, r], "float32") * te.cast(W[j, r], "float32"), axis=r),
-                   name="Y")
-    s = te.create_schedule(Y.op)
-    caches = [s.cache_read(X, "shared", [Y]), s.cache_read(W, "shared", [Y])]
-    io, ii = s[Y].split(Y.op.axis[0], factor=16)
-    jo, ji = s[Y].split(Y.op.axis[1], factor=8)
-    ro, ri = s[Y].split(r, factor=16)
-    s[Y].reorder(io, jo, ro, ii, ji, ri)
-    s[Y].bind(io, te.thread_axis("blockIdx.y"))
-    s[Y].bind(jo, te.thread_axis("blockIdx.x"))
-    for cache in caches:
-        s[cache].compute_at(s[Y], ro)
-        _, lane = s[cache].split(s[cache].fuse(*s[cache].op.axis), factor=32)
-        s[cache].bind(lane, te.thread_axis("threadIdx.x"))
-    s[Y].tensorize(ii, tk.intrinsic(MMA_NT, "cuda"))
+    s, (X, W, Y) = warp_tile_gemm(m, n, k, tk.intrinsic(MMA_NT, "cuda"), tile_n=8, weight_rows=True)
     f = tk.build(s, [X, W, Y], target="cuda -arch=sm_80 -device=cpu_shim", name="mma_gemm")
     rng = np.random.default_rng(1)
     x, w = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
@@ -55,3 +41,12 @@ def test_mma_gemm_on_the_shim_and_its_sass(tmp_path):
     np.testing.assert_allclose(y, x.astype("float32") @ w.astype("float32").T, rtol=1e-4, atol=1e-4)
     sass = _sass(f.artifact.binary, tmp_path)
     assert "HMMA.16816.F32" in sass and "LDSM.16.M88.4" in sass and "LDSM.16.M88.2" in sass
+
+
+def test_mma_cubin_loads_operands_with_ldmatrix(emitter, tmp_path):
+    """The warp path compiled for sm_90 (NVRTC only, no run): ldmatrix x4 / x2 feed HMMA.16816."""
+    s, (X, W, Y) = warp_tile_gemm(16, 8, 32, tk.intrinsic(MMA_NT, "cuda"), tile_n=8, weight_rows=True)
+    artifact = emitter.emit([te.lower(s, [X, W, Y], name="mma_tile")], tk.target("cuda -arch=sm_90"))
+    sass = _sass(artifact.binary, tmp_path)
+    assert "HMMA.16816.F32" in sass and "LDSM.16.M88.4" in sass
+    assert artifact.metadata["resources"]["mma_tile"]["spill_stores"] == 0

@@ -12,7 +12,8 @@ import tensorkiln as tk
 from tensorkiln import te
 from tensorkiln.ir.errors import CompileError
 
-from cuda_helpers import bind_1d, tiled_matmul
+from cuda_helpers import bind_1d
+from tensorkiln_cuda.gemm import tiled_gemm
 from tensorkiln_cuda.arch import ARCHITECTURES, architecture, check_resources
 from tensorkiln_cuda.nvrtc import compile_cuda, include_dirs, parse_ptxas_log
 
@@ -26,7 +27,7 @@ def _cuobjdump() -> str:
 
 
 def _gemm_func(n=64, tile=8):
-    s, args = tiled_matmul(n, tile)
+    s, args = tiled_gemm(n, block=tile, per_thread=1, k_step=16)
     return te.lower(s, list(args), name="gemm")
 
 
@@ -39,7 +40,7 @@ def test_cubin_for_the_exact_architecture_with_resources(emitter, arch, tmp_path
     header = subprocess.run([_cuobjdump(), "-elf", str(path)], capture_output=True, text=True).stdout
     assert re.search(rf"\bsm={arch[3:]}\b", header)   # "64-bit ELF: type=ET_EXEC, ABI=8, sm=90a, ..."
     resources = artifact.metadata["resources"]["gemm"]
-    assert resources["shared_bytes"] == 2 * 8 * 64 * 4          # the two operand tiles, as ptxas counts them
+    assert resources["shared_bytes"] == 2 * 8 * 16 * 4          # the two operand tiles, as ptxas counts them
     assert resources["spill_stores"] == 0 and resources["spill_loads"] == 0
     assert 0 < resources["registers"] * resources["threads_per_block"] <= architecture(arch).registers_per_sm
     assert "ptxas info" in artifact.sources["ptxas_log"]

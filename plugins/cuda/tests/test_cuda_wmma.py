@@ -2,30 +2,14 @@
 their CUBIN holds tensor-core instructions (HMMA), read back with cuobjdump / nvdisasm."""
 from __future__ import annotations
 
-import os
-import subprocess
-
 import numpy as np
 import pytest
 
 import tensorkiln as tk
-from tensorkiln import te
-
-from tensorkiln_cuda.gemm import wmma_gemm
+from tensorkiln_cuda.gemm import warp_tile_gemm, wmma_gemm
 from tensorkiln_cuda.intrinsics import WMMA_NN, WMMA_NT
-from tensorkiln_cuda.nvrtc import include_dirs
 
-
-def _sass(cubin: bytes, tmp_path) -> str:
-    tools = [os.path.join(os.path.dirname(d), "bin") for d in include_dirs()]
-    tools = [t for t in tools if os.path.exists(os.path.join(t, "cuobjdump")) and os.path.exists(os.path.join(t, "nvdisasm"))]
-    if not tools:
-        pytest.skip("cuobjdump and nvdisasm (nvidia-cuda-cuobjdump / -nvdisasm wheels) are not installed")
-    path = tmp_path / "kernel.cubin"
-    path.write_bytes(cubin)
-    env = {**os.environ, "PATH": f"{tools[0]}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run([os.path.join(tools[0], "cuobjdump"), "-sass", str(path)], capture_output=True,
-                          text=True, env=env, check=True).stdout
+from cuda_helpers import sass as _sass
 
 
 def test_intrinsics_are_registered_for_cuda():
@@ -47,29 +31,18 @@ def test_wmma_gemm_matches_numpy_on_the_shim_and_its_cubin_has_hmma(tmp_path):
     assert "HMMA.16816.F32" in sass
 
 
+@pytest.mark.slow
 def test_transposed_wmma_for_dense_weights(tmp_path):
     """C = A @ W^T (dense's layout) with the _nt intrinsic: B tiles are read as (j, k) rows."""
     m, n, k = 32, 48, 32
-    A = te.placeholder((m, k), dtype="float16", name="A")
-    W = te.placeholder((n, k), dtype="float16", name="W")
-    r = te.reduce_axis((0, k), name="r")
-    C = te.compute((m, n), lambda i, j: te.sum(te.cast(A[i, r], "float32") * te.cast(W[j, r], "float32"), axis=r),
-                   name="C")
-    s = te.create_schedule(C.op)
-    io, ii = s[C].split(C.op.axis[0], factor=16)
-    jo, ji = s[C].split(C.op.axis[1], factor=16)
-    ro, ri = s[C].split(r, factor=16)
-    s[C].reorder(io, jo, ro, ii, ji, ri)
-    s[C].bind(io, te.thread_axis("blockIdx.y"))
-    s[C].bind(jo, te.thread_axis("blockIdx.x"))
-    s[C].tensorize(ii, tk.intrinsic(WMMA_NT, "cuda"))
+    s, (A, W, C) = warp_tile_gemm(m, n, k, tk.intrinsic(WMMA_NT, "cuda"), weight_rows=True)
     f = tk.build(s, [A, W, C], target="cuda -arch=sm_80 -device=cpu_shim", name="dense_wmma")
     rng = np.random.default_rng(1)
     a, w = rng.standard_normal((m, k)).astype("float16"), rng.standard_normal((n, k)).astype("float16")
     c = np.zeros((m, n), "float32")
-    f(a, w, c)   # one thread per block here: the intrinsic's plain-loop path
+    f(a, w, c)
     np.testing.assert_allclose(c, a.astype("float32") @ w.astype("float32").T, rtol=1e-4, atol=1e-4)
-    assert "HMMA" in _sass(f.artifact.binary, tmp_path)   # the warp path is compiled all the same
+    assert "HMMA" in _sass(f.artifact.binary, tmp_path)
 
 
 def test_float16_dense_layers_take_the_tensor_core_strategy(tmp_path):
