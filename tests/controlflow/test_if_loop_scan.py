@@ -193,3 +193,28 @@ def test_bodies_print_nested_in_the_text_form():
     text = str(from_onnx(_nested_loop_model(3)))
     assert "loop(3i64, True, %y0, %x, body=fn (%i: int64()" in text
     assert "then_branch=fn (%y_in: float32(2, 3)" in text and "else_branch=fn (" in text
+
+
+def test_control_flow_runs_from_several_threads_and_without_optimizations():
+    from concurrent.futures import ThreadPoolExecutor
+    m = _nested_loop_model(4)
+    session = ort.InferenceSession(m.SerializeToString())
+    lib = tk.compile(from_onnx(m), "cpu_llvm", opt_level=0)
+    feeds = [{"x": RNG.standard_normal((2, 3)).astype(np.float32), "y0": RNG.standard_normal((2, 3)).astype(np.float32)}
+             for _ in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lib.run, feeds))
+    for got, feed in zip(results, feeds):
+        for g, w in zip(got, session.run(None, feed)):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_control_flow_on_a_device_target_with_its_own_memory():
+    from tensorkiln.sdk.plugin_manager import registry
+    if "opencl" not in registry().names() or not registry().targets["opencl"].is_available:
+        pytest.skip("the opencl plugin or an OpenCL device is not available")
+    m = _nested_loop_model(3)
+    feeds = {"x": RNG.standard_normal((2, 3)).astype(np.float32), "y0": RNG.standard_normal((2, 3)).astype(np.float32)}
+    got = tk.compile(from_onnx(m), "opencl").run(feeds)
+    for g, w in zip(got, ort.InferenceSession(m.SerializeToString()).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)

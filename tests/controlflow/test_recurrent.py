@@ -87,7 +87,7 @@ def _lstm_language_model(vocab=20, embed=8, hidden=16, steps=12, batch=2, seed=0
                   tensor("y_c", (1, batch, hidden))], inits)
 
 
-@pytest.mark.parametrize("steps", [12, LONG + 4])
+@pytest.mark.parametrize("steps", [6, LONG + 4])
 def test_lstm_language_model_matches_onnxruntime(steps):
     m = _lstm_language_model(steps=steps)
     rng = np.random.default_rng(3)
