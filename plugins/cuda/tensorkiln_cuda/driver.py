@@ -346,10 +346,8 @@ class DriverModule(LoadedModule):
         return compile_cuda(artifact.source, device.arch).binary
 
     def get_function(self, name: str) -> DriverKernel:
-        try:
-            return self._functions[name]
-        except KeyError:
-            raise KeyError(f"module has no kernel {name!r}; it has {sorted(self._functions)}") from None
+        self.artifact.kernel(name)   # KeyError listing the artifact's kernels
+        return self._functions[name]
 
     def get_source(self) -> str:
         return self.artifact.source
