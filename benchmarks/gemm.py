@@ -1,9 +1,12 @@
 """benchmarks/gemm.py: fp32 1024x1024x1024 matmul, GFLOP/s of numpy (OpenBLAS) and tensorkiln schedules.
 
-    python benchmarks/gemm.py [--size 1024] [--repeat 7] [--targets cpu_llvm,opencl]
+    python benchmarks/gemm.py [--size 1024] [--repeat 7] [--targets cpu_llvm,opencl] [--avx2]
 
 Rows: numpy; tensorkiln naive (the core's naive default schedule); the seed's schedule
-(split i, j by 32, reorder, tensorize onto gemm_accelerator); best: what `tk.compile` runs
+(split i, j by 32, reorder, tensorize onto gemm_accelerator); tutorial: TVM's classic
+"How to optimize GEMM on CPU" schedule written in te (B packed into 32-wide panels,
+32x32 blocks, a cache_write accumulator computed at the block, k split by 4 and unrolled,
+the columns vectorized, the blocks' rows and the packing parallel); best: what `tk.compile` runs
 for nn.matmul on cpu_llvm, the implementation its strategies choose with default knobs
 (cpu_llvm.matmul_ukernel, strategies/ukernel.py: packed B, mc/kc blocking, an 8x32 FMA
 micro-kernel with AVX-512 or 6x16 with AVX2, parallel rows). Each single-threaded (numpy limited to 1 thread with
@@ -11,11 +14,16 @@ threadpoolctl, tensorkiln num_threads=1) and with all cores; medians of `repeat`
 timings, each ratio relative to numpy in the same thread setting.
 """
 import os
+import sys
 
 # The numpy baseline must use OpenBLAS's own choice of kernel and cache sizes: drop
-# overrides before numpy (and OpenBLAS) is loaded.
+# overrides before numpy (and OpenBLAS) is loaded. --avx2 compares AVX2 code
+# (-mcpu=haswell) with OpenBLAS's Haswell kernel, in this process alone.
 for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(_name, None)
+if "--avx2" in sys.argv:
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+TARGET = "llvm -mcpu=haswell" if "--avx2" in sys.argv else "llvm"
 
 import argparse  # noqa: E402
 import statistics  # noqa: E402
@@ -50,7 +58,30 @@ def seed(size: int):
     i_outer, i_inner = s[c].split(i, factor=32)
     j_outer, j_inner = s[c].split(j, factor=32)
     s[c].reorder(i_outer, j_outer, i_inner, j_inner)
-    s[c].tensorize(i_inner, tk.intrinsic("gemm_accelerator", target="llvm"))
+    s[c].tensorize(i_inner, tk.intrinsic("gemm_accelerator", target=TARGET))
+    return s, [a, b, c]
+
+
+def tutorial(size: int, bn: int = 32, k_factor: int = 4):
+    """TVM's tutorial schedule, its last step ("Parallel"): packed B, cache_write, vectorize, unroll, parallel."""
+    a, b, _ = matmul(size)
+    k = te.reduce_axis((0, size), name="k")
+    packed = te.compute((size // bn, size, bn), lambda x, y, z: b[y, x * bn + z], name="packedB")
+    c = te.compute((size, size), lambda x, y: te.sum(a[x, k] * packed[y // bn, k, y % bn], axis=k), name="C")
+    s = te.create_schedule(c.op)
+    cc = s.cache_write(c, "global")
+    mo, no, _, _ = s[c].tile(c.op.axis[0], c.op.axis[1], bn, bn)
+    s[cc].compute_at(s[c], no)
+    mc, nc = s[cc].op.axis
+    (k_axis,) = s[cc].op.reduce_axis
+    ko, ki = s[cc].split(k_axis, factor=k_factor)
+    s[cc].reorder(ko, mc, ki, nc)
+    s[cc].vectorize(nc)
+    s[cc].unroll(ki)
+    x, _, z = s[packed].op.axis
+    s[packed].vectorize(z)
+    s[packed].parallel(x)
+    s[c].parallel(mo)
     return s, [a, b, c]
 
 
@@ -60,7 +91,7 @@ def best(size: int):
     from tensorkiln import graph
     from tensorkiln.compiler.strategy import select
 
-    target = tk.target("llvm")
+    target = tk.target(TARGET)
     call = graph.nn.matmul(graph.var("A", shape=(size, size)), graph.var("B", shape=(size, size)))
     a, b, c = matmul(size)
     choice = select([call], [c], target)
@@ -116,15 +147,12 @@ def opencl_column(size: int, a, b, reference, best_seconds: float, repeat: int) 
           f"{best_seconds / seconds:5.2f}x cpu_llvm best (all cores)")
 
 
-def median_seconds(run, repeat: int, number: int) -> float:
-    """Median over `repeat` batches of seconds per call (batches of `number` calls)."""
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        for _ in range(number):
-            run()
-        times.append((time.perf_counter() - start) / number)
-    return statistics.median(times)
+def seconds_per_call(run, number: int) -> tuple[float, float]:
+    """(wall, process CPU) seconds per call over a batch of `number` calls."""
+    start, cpu = time.perf_counter(), time.process_time()
+    for _ in range(number):
+        run()
+    return (time.perf_counter() - start) / number, (time.process_time() - cpu) / number
 
 
 def main() -> None:
@@ -132,23 +160,25 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--targets", default="cpu_llvm", help="comma list; add opencl for its column")
+    parser.add_argument("--avx2", action="store_true", help="AVX2 code (-mcpu=haswell) against OpenBLAS's "
+                        "Haswell kernel")
     args = parser.parse_args()
     size, flops = args.size, 2.0 * args.size ** 3
     blas = [i for i in threadpool_info() if i["user_api"] == "blas"]
     for info in blas:
         print(f"numpy BLAS: {info['internal_api']} {info.get('version')} kernel={info.get('architecture')} "
               f"threads={info['num_threads']} ({os.path.basename(info['filepath'])})")
-    print(f"cpu_llvm target: {tk.target('llvm')}; cores: {os.cpu_count()}; load average: {os.getloadavg()}")
+    print(f"cpu_llvm target: {tk.target(TARGET)}; cores: {os.cpu_count()}; load average: {os.getloadavg()}")
 
     rng = np.random.default_rng(0)
     a = rng.random((size, size), dtype=np.float32)
     b = rng.random((size, size), dtype=np.float32)
     reference = a @ b
     modules = {}
-    for label, make in (("naive", naive), ("seed", seed), ("best", best)):
+    for label, make in (("naive", naive), ("seed", seed), ("tutorial", tutorial), ("best", best)):
         s, tensors = make(size)
         started = time.perf_counter()
-        modules[label] = tk.build(s, tensors, target="llvm", name=f"gemm_{label}")
+        modules[label] = tk.build(s, tensors, target=TARGET, name=f"gemm_{label}")
         c = np.zeros((size, size), np.float32)
         modules[label](a, b, c)
         np.testing.assert_allclose(c, reference, rtol=1e-3, atol=1e-3)
@@ -162,6 +192,7 @@ def main() -> None:
         runs = {"numpy (OpenBLAS)": lambda: np.matmul(a, b, out=c),
                 **{f"tensorkiln {label}": (lambda k=kernel: k(a, b, c)) for label, kernel in kernels.items()}}
         seconds: dict[str, list[float]] = {name: [] for name in runs}
+        cpu_seconds: dict[str, list[float]] = {name: [] for name in runs}
         with threadpool_limits(limits=threads or None, user_api="blas"):
             for name, run in runs.items():
                 if not name.endswith("naive"):
@@ -171,12 +202,17 @@ def main() -> None:
                 for name, run in runs.items():
                     if name.endswith("naive") and len(seconds[name]) >= 3:
                         continue  # seconds per call: three repeats are enough
-                    seconds[name].append(median_seconds(run, 1, 1 if name.endswith("naive") else 3))
+                    wall, cpu = seconds_per_call(run, 1 if name.endswith("naive") else 3)
+                    seconds[name].append(wall)
+                    cpu_seconds[name].append(cpu)
         numpy_s = statistics.median(seconds["numpy (OpenBLAS)"])
-        print(f"\n{setting}: median of {args.repeat} interleaved repeats (naive: 3)")
+        numpy_cpu = statistics.median(cpu_seconds["numpy (OpenBLAS)"])
+        print(f"\n{setting}: median of {args.repeat} interleaved repeats (naive: 3); ratios to numpy in wall "
+              f"time and in process CPU time (steadier on a loaded machine)")
         for name, times in seconds.items():
             median = statistics.median(times)
-            print(f"  {name:28s} {flops / median / 1e9:8.1f} GFLOP/s  {numpy_s / median:5.2f}x")
+            print(f"  {name:28s} {flops / median / 1e9:8.1f} GFLOP/s  {numpy_s / median:5.2f}x  "
+                  f"(CPU time {numpy_cpu / statistics.median(cpu_seconds[name]):5.2f}x)")
         best_all_cores = statistics.median(seconds["tensorkiln best"])
     tk.runtime.set_num_threads(0)
     if "opencl" in args.targets.split(","):

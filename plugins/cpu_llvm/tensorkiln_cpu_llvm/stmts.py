@@ -213,22 +213,8 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         for slot, value in enumerate(values):
             builder.store(value, builder.gep(closure, [I32(0), I32(slot)], inbounds=True))
 
-        body = ir.Function(self.module, ir.FunctionType(VOID, [PTR]),
-                           f"{self.function.name}.parallel{next(self._outlined)}")
-        body.linkage = "internal"
-        child = FunctionCodegen(self.module, body, self.call_intrinsic, in_parallel=True)
-        child._outlined = self._outlined
-        child_builder = child.builder
-        unpacked_closure = child_builder.bitcast(body.args[0], closure_type.as_pointer())
-        counter = child_builder.gep(unpacked_closure, [I32(0), I32(0)], inbounds=True)
-        unpacked = [child_builder.load(child_builder.gep(unpacked_closure, [I32(0), I32(slot)], inbounds=True))
-                    for slot in range(1, len(values))]
-        child_start, child_extent = unpacked[0], unpacked[1]
-        child.vars = {var: value for (var, _), value in zip(captured_vars, unpacked[2:])}
-        child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, unpacked[2 + len(captured_vars):])}
-        with child._dynamic_chunks(counter, child_extent, loop_type) as (first, count):
-            child._serial_for(node, child_builder.add(child_start, first), count)
-        child_builder.ret_void()
+        name = f"{self.function.name}.parallel{next(self._outlined)}"
+        body = self._outline(node, name, closure_type, captured_vars, captured_buffers, loop_type)
 
         num_threads = builder.load(self.module.get_global(NUM_THREADS_GLOBAL))
         with builder.if_else(builder.icmp_signed("==", num_threads, I32(1))) as (alone, team):
@@ -238,6 +224,40 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
                 gomp_parallel = declare(self.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
                 builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(closure, PTR), num_threads,
                                              I32(0)])
+
+    def _outline(self, node: tir.For, name: str, closure_type, captured_vars, captured_buffers,
+                 loop_type) -> ir.Function:
+        """`void name(void* closure)`, which unpacks the closure and calls `name.body(counter, start, extent,
+        vars..., buffers...)`, where the loop runs. Buffers reach the body as noalias parameters, as they
+        are in the kernel: read from a closure they would be pointers of unknown provenance, and LLVM
+        would reload and re-store across every store (no register accumulation, no hoisting)."""
+        pointers = [p for _, p in captured_buffers]
+        distinct = [sum(q is p for q in pointers) == 1 for p in pointers]
+        inner_type = ir.FunctionType(VOID, [closure_type.elements[0].as_pointer(), *closure_type.elements[1:]])
+        inner = ir.Function(self.module, inner_type, f"{name}.body")
+        inner.linkage = "internal"
+        inner.attributes.add("nounwind")
+        first_buffer = 3 + len(captured_vars)
+        for argument, unique in zip(inner.args[first_buffer:], distinct):
+            if unique:
+                argument.add_attribute("noalias")
+        child = FunctionCodegen(self.module, inner, self.call_intrinsic, in_parallel=True)
+        child._outlined = self._outlined
+        counter, child_start, child_extent = inner.args[:3]
+        child.vars = {var: value for (var, _), value in zip(captured_vars, inner.args[3:first_buffer])}
+        child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, inner.args[first_buffer:])}
+        with child._dynamic_chunks(counter, child_extent, loop_type) as (first, count):
+            child._serial_for(node, child.builder.add(child_start, first), count)
+        child.builder.ret_void()
+
+        body = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
+        body.linkage = "internal"
+        builder = ir.IRBuilder(body.append_basic_block("entry"))
+        closure = builder.bitcast(body.args[0], closure_type.as_pointer())
+        slots = [builder.gep(closure, [I32(0), I32(slot)], inbounds=True) for slot in range(len(closure_type.elements))]
+        builder.call(inner, [slots[0], *(builder.load(slot) for slot in slots[1:])])
+        builder.ret_void()
+        return body
 
     @contextlib.contextmanager
     def _dynamic_chunks(self, counter: ir.Value, extent: ir.Value, loop_type: ir.Type):

@@ -39,14 +39,11 @@ def _check(module, m, n, k, dense=False):
     a = RNG.standard_normal((m, k), dtype=np.float32)
     b = RNG.standard_normal((n, k) if dense else (k, n), dtype=np.float32)
     expected = a @ (b.T if dense else b)
-    try:
-        for threads in (1, 2):
-            tk.runtime.set_num_threads(threads)
-            out = np.full((m, n), np.nan, np.float32)
-            module(a, b, out)
-            np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
-    finally:
-        tk.runtime.set_num_threads(0)
+    for threads in (1, 2):
+        module.loaded.set_num_threads(threads)      # this module only: no process-wide setting left behind
+        out = np.full((m, n), np.nan, np.float32)
+        module(a, b, out)
+        np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4 * np.sqrt(k))
 
 
 @pytest.mark.parametrize("m, n, k, target, dense, config", [
