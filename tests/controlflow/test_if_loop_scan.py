@@ -218,3 +218,28 @@ def test_control_flow_on_a_device_target_with_its_own_memory():
     got = tk.compile(from_onnx(m), "opencl").run(feeds)
     for g, w in zip(got, ort.InferenceSession(m.SerializeToString()).run(None, feeds)):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_loop_with_a_trip_count_from_a_graph_input_through_the_standard_backend_protocol():
+    """onnx's protocol (prepare(model), run(list)): the trip count of a Loop with scan outputs is a
+    graph input, so tk.compile specialises on its value at run time (one compile per value)."""
+    from tensorkiln.onnx_backend import backend_for
+    body = h.make_graph([
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
+        h.make_node("Add", ["y_in", "xi"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
+        h.make_node("Identity", ["y_out"], ["scan"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
+    nodes = [h.make_node("Loop", ["M", "", "y0"], ["y", "s"], body=body)]
+    m = model(nodes, [tensor("M", (), T.INT64), tensor("x", (2,)), tensor("y0", (2,))],
+              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+    rep = backend_for("cpu_llvm").prepare(m)
+    session = ort.InferenceSession(m.SerializeToString())
+    x, y0 = np.array([1, -2], np.float32), np.array([0.5, 0.25], np.float32)
+    for trips in (3, 5):
+        feeds = [np.array(trips, np.int64), x, y0]
+        got = rep.run(feeds)
+        want = session.run(None, dict(zip(["M", "x", "y0"], feeds)))
+        assert got[1].shape == (trips, 2)
+        for g, w in zip(got, want):
+            np.testing.assert_allclose(g, w, rtol=1e-6)
