@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorkiln.graph.ops.sampling import GridSampleAttrs
+from tensorkiln.graph.ops.scatter import ScatterElementsAttrs, ScatterNDAttrs
 from tensorkiln.graph.ops.tensor import CumsumAttrs
 
 
@@ -28,4 +29,20 @@ def _grid_sample(rng, size):
                                          ("cubic", "reflection", False))]
 
 
-CASES = {"cumprod": _cumprod, "image.grid_sample": _grid_sample}
+def _scatter_elements(rng, size):
+    data = rng.uniform(-2, 2, (4, 5) if size == "tiny" else (64, 128)).astype("float32")
+    indices = rng.integers(-4, 4, (3, data.shape[1] - 1))   # repeats and negative indices
+    updates = rng.uniform(-2, 2, indices.shape).astype("float32")
+    return [_case([data, indices, updates], ScatterElementsAttrs(axis=0, reduction=r), label=r)
+            for r in ("none", "add", "mul", "max", "min")]
+
+
+def _scatter_nd(rng, size):
+    data = rng.uniform(-2, 2, (4, 3, 2) if size == "tiny" else (32, 16, 8)).astype("float32")
+    indices = rng.integers(-3, 3, (5, 2))
+    updates = rng.uniform(-2, 2, (5, data.shape[2])).astype("float32")
+    return [_case([data, indices, updates], ScatterNDAttrs(reduction=r), label=r) for r in ("none", "add", "max")]
+
+
+CASES = {"cumprod": _cumprod, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
+         "scatter_nd": _scatter_nd}
