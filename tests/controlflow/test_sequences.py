@@ -97,3 +97,17 @@ def test_bad_positions_and_sequence_outputs_get_clear_errors():
     m = model(nodes, [tensor("x", (2,))], [h.make_tensor_sequence_value_info("s", T.FLOAT, None)])
     with pytest.raises(UnsupportedOpError, match="is a sequence or an optional"):
         from_onnx(m)
+
+
+def test_sequence_at_a_position_only_the_run_knows():
+    nodes = [h.make_node("Exp", ["x"], ["ex"]), h.make_node("Neg", ["x"], ["nx"]),
+             h.make_node("SequenceConstruct", ["x", "ex", "nx"], ["s"]), h.make_node("SequenceAt", ["s", "p"], ["y"])]
+    m = model(nodes, [tensor("x", (2, 2)), tensor("p", (), T.INT32)], [tensor("y", (2, 2))])
+    x = RNG.standard_normal((2, 2)).astype(np.float32)
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    for position in (0, 2, -1, -3):
+        feeds = {"x": x, "p": np.array(position, np.int32)}
+        want = ort.InferenceSession(m.SerializeToString()).run(None, feeds)
+        np.testing.assert_allclose(lib.run(feeds)[0], want[0], rtol=1e-6)
+    with pytest.raises(tk.ir.errors.RuntimeLaunchError):
+        lib.run({"x": x, "p": np.array(3, np.int32)})

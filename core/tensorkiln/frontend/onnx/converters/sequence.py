@@ -5,7 +5,8 @@ The graph IR's tensors have static shapes, and so do the sequences here: a seque
 a list of tensor expressions known at import (`SequenceValue`), each element with its
 own shape, and an empty optional is `NoneValue`. The ops on them are resolved while the
 model is imported: positions must be known then (a position computed from graph inputs
-raises ValueNotStaticError, on which a caller may specialise), and the tensors that
+raises ValueNotStaticError, on which a caller may specialise; SequenceAt of elements of one
+type takes a run-time position), and the tensors that
 leave a sequence (SequenceAt, ConcatFromSequence, ...) are ordinary graph values that
 the compiled model computes at run time. A Loop that carries a sequence is unrolled
 (control_flow.py), so a sequence built up by a loop with a static trip count works too.
@@ -98,6 +99,15 @@ def convert_sequence_empty(node: OnnxNode):
 @converter("SequenceAt")
 def convert_sequence_at(node: OnnxNode):
     sequence = _sequence(node, 0)
+    position = node.required(1)
+    types = {item.checked_type for item in sequence.items}
+    if not isinstance(position, Constant) and len(types) == 1:
+        # a position only the run knows, elements of one type: the stacked elements, indexed at run
+        # time (take checks the index before its kernel runs)
+        stacked = node.call("concatenate", *(node.call("expand_dims", item, axis=0) for item in sequence.items),
+                            axis=0) if len(sequence) > 1 else node.call("expand_dims", sequence.items[0], axis=0)
+        index = node.call("reshape", node.call("cast", position, dtype="int64"), newshape=())
+        return node.call("take", stacked, index, axis=0)
     return sequence.items[_position(node, 1, len(sequence), 0)]
 
 
