@@ -5,7 +5,8 @@ epilogue is computed in the anchor's loop body, as an HLS design would chain it)
 - the innermost loop of each root stage is pipelined with II = `reuse_factor` (hls4ml's
   name: how many cycles one multiplier is reused; 1 = fully parallel);
 - a reduction loop is split by `unroll` and the inner part unrolled (that many
-  multipliers side by side), the outer part pipelined.
+  multipliers side by side), the outer part pipelined with an II of at least `unroll`,
+  since its operands arrive through one m_axi port each.
 Both are tuning knobs, so the tuner can search them with the estimator (estimate.py) as
 the cost; the defaults are the smallest design that pipelines at all.
 """
@@ -43,6 +44,7 @@ def schedule_pipelined(outputs, target, config) -> te.Schedule:
             outer, inner = stage.split(innermost, factor=unroll)
             stage.unroll(inner)
             innermost = outer
+            ii = max(ii, unroll)   # each m_axi operand is read `unroll` times per iteration through one port
         stage.pipeline(innermost, ii)
     return s
 
