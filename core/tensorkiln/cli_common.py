@@ -23,7 +23,7 @@ def parse_shapes(items: list[str] | None) -> dict | None:
     for item in items:
         name, _, dims = item.partition("=")
         if not dims:
-            raise SystemExit(f"error: --shape {item!r} must look like NAME=1,3,224,224 or NAME=?x3x224x224")
+            raise SystemExit(f"error: --shape {item!r} must look like NAME=1,3,224,224")
         try:
             parsed = parse_shape(dims)
         except ShapeError as error:
