@@ -27,7 +27,6 @@ import numpy as np
 from ..ir.dtypes import from_numpy, to_numpy
 from ..ir.errors import RuntimeLaunchError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
-from .control_flow import host_step
 
 __all__ = ["GraphExecutor"]
 
@@ -111,6 +110,8 @@ class GraphExecutor:
         self.plan = compiled.plan
         self.loaders = {t: compiled.target_objects[t].spec.loader for t in compiled.target_objects}
         programs = getattr(compiled, "host_programs", {})
+        if programs:   # If/Loop/Scan steps; imported here: a deployed package has none (runtime/deploy.py)
+            from .control_flow import host_step
         self._functions = [host_step(programs[step.kernel], self.loaders[step.target]) if step.kernel in programs
                            else compiled.loaded_module(step.target).get_function(step.kernel)
                            for step in self.plan.steps]
