@@ -72,7 +72,7 @@ def _call_body(function, args: list) -> tuple:
     """Run `function` on numpy values with the reference interpreter; its results as a tuple."""
     from ..interpreter import evaluate_call
     from ..expr import Call
-    value = evaluate_call(Call(function, tuple(_Placeholder.of(a) for a in args)), list(args))
+    value = evaluate_call(Call(function, tuple(_placeholder(a) for a in args)), list(args))
     return tuple(_flat(value)) if isinstance(function.ret_type, TupleType) else (value,)
 
 
@@ -84,15 +84,12 @@ def _flat(value):
         yield value
 
 
-class _Placeholder:
-    """Typed stand-ins for reference arguments (a Call needs typed args to be built)."""
-
-    @staticmethod
-    def of(value):
-        from ..expr import Var
-        from ...ir.dtypes import from_numpy
-        array = np.asarray(value)
-        return Var("arg", TensorType(array.shape, from_numpy(array.dtype)))
+def _placeholder(value):
+    """A typed stand-in for a reference argument (a Call needs typed arguments to be built)."""
+    from ..expr import Var
+    from ...ir.dtypes import from_numpy
+    array = np.asarray(value)
+    return Var("arg", TensorType(array.shape, from_numpy(array.dtype)))
 
 
 # -- if ---------------------------------------------------------------------------------------
