@@ -48,6 +48,7 @@ def test_dynamic_batch_runs_at_1_3_8_from_one_compile():
         x = RNG.standard_normal((batch, 3, 8, 8)).astype(np.float32)
         np.testing.assert_allclose(lib(x), _ort(model, {"x": x})[0], rtol=1e-4, atol=1e-5)
     lib(np.zeros((3, 3, 8, 8), np.float32))
+    assert lib.output_info() == [{"name": "y", "shape": (Dim("batch"), 5), "dtype": "float32"}]
     info = lib.cache_info()
     assert info["compiles"] == 3 and info["hits"] == 1 and info["entries"] == 3
 

@@ -48,7 +48,8 @@ def specializing(compile_static: Callable) -> Callable:
 def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callable, *,
                  memory_limit: int | None = None, target: str = ""):
     """A CompiledModel when the model is static, else a SpecializedModel (see the module docstring)."""
-    from ..frontend.onnx import ValueNotStaticError, from_onnx, input_signature, is_static_signature, load_model
+    from ..frontend.onnx import (ValueNotStaticError, from_onnx, input_signature, is_static_signature, load_model,
+                                 output_signature)
 
     model = load_model(model_or_path)
     # A path goes to from_onnx as a path: the checker reads a model over 2 GB from its file.
@@ -65,7 +66,8 @@ def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callabl
     else:
         value_inputs = _probe(source, signature, memory_limit)
     builder = _Builder(source, compile_module, memory_limit)
-    return SpecializedModel(signature, builder, value_inputs=value_inputs, target=target)
+    return SpecializedModel(signature, builder, value_inputs=value_inputs, target=target,
+                            output_signature=output_signature(model))
 
 
 def _probe(source, signature: dict[str, SymbolicTensorType], memory_limit: int | None) -> tuple[str, ...]:

@@ -46,8 +46,10 @@ class SpecializedModel:
     """Compiles per (input shapes, value-input values) on first sight; reuses the result after."""
 
     def __init__(self, signature: Mapping[str, SymbolicTensorType], build: Build, *,
-                 value_inputs: tuple[str, ...] = (), max_entries: int = 64, target: str = "") -> None:
+                 value_inputs: tuple[str, ...] = (), max_entries: int = 64, target: str = "",
+                 output_signature: Mapping[str, SymbolicTensorType | None] | None = None) -> None:
         self.signature = dict(signature)
+        self.output_signature = dict(output_signature or {})
         self.target = target
         self.max_entries = max_entries
         self._build = build
@@ -71,6 +73,12 @@ class SpecializedModel:
 
     def input_info(self) -> list[dict]:
         return [{"name": name, "shape": t.shape, "dtype": t.dtype} for name, t in self.signature.items()]
+
+    def output_info(self) -> list[dict]:
+        """Per output its name, and its shape and dtype with symbols ("batch") where the model's type
+        inference has them (None where it cannot tell)."""
+        return [{"name": name, "shape": None if t is None else t.shape, "dtype": None if t is None else t.dtype}
+                for name, t in self.output_signature.items()]
 
     def run(self, inputs: Mapping[str, Any] | Any = None, **named: Any) -> list[np.ndarray] | None:
         """Run once on every input (a dict, keywords, or arrays in input order) and return the outputs.

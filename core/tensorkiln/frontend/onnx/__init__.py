@@ -2,7 +2,7 @@
 for the inputs' types with symbolic dimensions kept."""
 from .importer import from_onnx, supported_ops
 from .node import ValueNotStaticError
-from .signature import input_signature, is_static_signature, load_model
+from .signature import input_signature, is_static_signature, load_model, output_signature
 
-__all__ = ["from_onnx", "load_model", "supported_ops", "input_signature", "is_static_signature",
+__all__ = ["from_onnx", "load_model", "supported_ops", "input_signature", "output_signature", "is_static_signature",
            "ValueNotStaticError"]

@@ -16,7 +16,7 @@ from ...graph.types import Dim, SymbolicTensorType, parse_shape
 from ...ir.dtypes import from_numpy
 from ...ir.errors import DTypeError, FrontendError, ShapeError, UnsupportedOpError
 
-__all__ = ["input_signature", "is_static_signature", "load_model"]
+__all__ = ["input_signature", "output_signature", "is_static_signature", "load_model"]
 
 _AUTO = "?auto"  # prefix of the names parse_shape gives "?" dimensions here
 
@@ -29,7 +29,6 @@ def load_model(model_or_path: Any):
 
 def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, SymbolicTensorType]:
     """The graph inputs (initializers left out) and their types, in graph order."""
-    from onnx import helper
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     shape = dict(shape or {})
@@ -41,11 +40,7 @@ def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, 
             raise UnsupportedOpError(f"graph input {value.name!r} is not a tensor (sequences, maps and optionals "
                                      "are not supported)")
         tensor_type = value.type.tensor_type
-        try:
-            dtype = str(from_numpy(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
-        except (DTypeError, KeyError, TypeError, ValueError):
-            raise DTypeError(f"graph input {value.name!r} has ONNX element type {tensor_type.elem_type}, "
-                             "which tensorkiln does not support") from None
+        dtype = _dtype(tensor_type, f"graph input {value.name!r}")
         declared = _declared_dims(value.name, tensor_type)
         dims = declared if value.name not in shape else _user_dims(value.name, shape[value.name], declared)
         signature[value.name] = SymbolicTensorType(dims, dtype)
@@ -66,6 +61,34 @@ def _tightest_bounds(signature: dict[str, SymbolicTensorType]) -> dict[str, Symb
     return {name: SymbolicTensorType(None if t.shape is None else
                                      tuple(bounds[d.name] if isinstance(d, Dim) else d for d in t.shape), t.dtype)
             for name, t in signature.items()}
+
+
+def output_signature(model) -> dict[str, SymbolicTensorType | None]:
+    """The graph outputs' types as onnx's shape inference gives them, symbols kept ("batch" in, "batch"
+    out); None for an output whose type it cannot tell or tensorkiln cannot represent."""
+    import onnx
+    try:
+        model = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # the declared output types are still there to read
+        pass
+    outputs: dict[str, SymbolicTensorType | None] = {}
+    for value in model.graph.output:
+        try:
+            tensor_type = value.type.tensor_type
+            outputs[value.name] = SymbolicTensorType(_declared_dims(value.name, tensor_type),
+                                                     _dtype(tensor_type, f"graph output {value.name!r}"))
+        except (DTypeError, ShapeError):
+            outputs[value.name] = None
+    return outputs
+
+
+def _dtype(tensor_type, what: str) -> str:
+    from onnx import helper
+    try:
+        return str(from_numpy(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
+    except (DTypeError, KeyError, TypeError, ValueError):
+        raise DTypeError(f"{what} has ONNX element type {tensor_type.elem_type}, which tensorkiln does not "
+                         "support") from None
 
 
 def is_static_signature(signature: Mapping[str, SymbolicTensorType]) -> bool:
