@@ -187,7 +187,8 @@ def fused_groups(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: 
     mod = as_module(model, shape)
     target = registry().target(target)
     mod, _ = _partition(mod, target, _context(opt_level, None), strict)
-    return _group_calls(mod), target
+    # If/Loop/Scan groups are host steps, not kernels (their bodies' kernels are not listed)
+    return [c for c in _group_calls(mod) if control_call(c.op) is None], target
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:
