@@ -1,9 +1,15 @@
-"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND."""
+"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool."""
 from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
 
 from ....graph.expr import Expr
 from ..node import OnnxNode
 from ._registry import converter
+from ._util import scalar
+from .nn import _pool
 
 
 @converter("CumProd")
@@ -23,3 +29,19 @@ def _scatter_elements(node: OnnxNode) -> Expr:
 def _scatter_nd(node: OnnxNode) -> Expr:
     return node.call("scatter_nd", node.required(0), node.required(1), node.required(2),
                      reduction=node.attr("reduction", "none"))
+
+
+@converter("LpPool")
+def _lp_pool(node: OnnxNode) -> Expr:
+    """(sum over the window of |x|^p)^(1/p): an average pool that counts the padding, times the
+    window's size (padding contributes 0, as in ONNX)."""
+    data = node.required(0)
+    p = float(node.attr("p", 2))
+    if p <= 0:
+        raise node.unsupported(f"p={p} must be positive")
+    magnitude = node.call("abs", data)
+    powered = magnitude if p == 1 else node.call("power", magnitude, scalar(p, data.dtype))
+    pooled = _pool(dataclasses.replace(node, inputs=[powered]), "nn.avg_pool2d", count_include_pad=True)
+    window = float(np.prod(node.attr("kernel_shape")))
+    total = node.call("multiply", pooled, scalar(window, data.dtype))
+    return total if p == 1 else node.call("power", total, scalar(1.0 / p, data.dtype))

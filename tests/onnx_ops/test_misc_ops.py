@@ -1,0 +1,31 @@
+"""ONNX ops converted to existing graph ops (LpPool, ...) against onnxruntime on cpu_llvm."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+
+
+def _check_against_onnxruntime(node, inputs: dict, opset: int = 18, atol: float = 1e-5):
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import helper
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                                           v.shape) for k, v in inputs.items()],
+                              [helper.make_empty_tensor_value_info(o) for o in node.output])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    import onnx
+    model = onnx.shape_inference.infer_shapes(model)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run(inputs)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=atol)
+
+
+@pytest.mark.parametrize("p, attrs", [(3, {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 1, 1]}),
+                                      (1, {"kernel_shape": [2], "auto_pad": "SAME_UPPER"})])
+def test_lp_pool(p, attrs):
+    from onnx import helper
+    shape = (2, 3, 7, 6) if len(attrs["kernel_shape"]) == 2 else (2, 3, 7)
+    x = np.random.default_rng(0).standard_normal(shape).astype("float32")
+    _check_against_onnxruntime(helper.make_node("LpPool", ["x"], ["y"], p=p, **attrs), {"x": x})
