@@ -6,6 +6,8 @@ points where an op is undefined (log of negatives, division by zero, ...).
 """
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -193,7 +195,10 @@ def _layer_norm(rng, size):
 def _lrn(rng, size):
     shape = (1, 6, 3, 2) if size == "tiny" else (2, 16, 14, 14)
     return [Case([_uniform(rng, shape)], nn.LRNAttrs(size=3), atol=1e-4),
-            Case([_uniform(rng, shape)], nn.LRNAttrs(size=4, alpha=0.1), atol=1e-4, label="even")]
+            Case([_uniform(rng, shape)], nn.LRNAttrs(size=4, alpha=0.1), atol=1e-4, label="even"),
+            Case([_uniform(rng, shape)], nn.LRNAttrs(size=5, alpha=0.1, beta=0.6), atol=1e-4, label="beta 0.6"),
+            Case([_uniform(rng, shape[:1] + shape[2:] + shape[1:2])], nn.LRNAttrs(size=5, axis=3, alpha=0.1),
+                 atol=1e-4, label="NHWC")]
 
 
 def _softmax(rng, size):
@@ -207,7 +212,14 @@ def _max_pool(rng, size):
     attrs = [nn.MaxPool2DAttrs(pool_size=(2, 2), strides=(2, 2)),
              nn.MaxPool2DAttrs(pool_size=(3, 3), strides=(2, 2), padding=(1, 1, 1, 1), ceil_mode=True),
              nn.MaxPool2DAttrs(pool_size=(2, 3), strides=(1, 2), dilation=(2, 1), padding=(0, 1, 0, 1))]
-    return [Case([_uniform(rng, shape)], a, label=str(a)) for a in attrs]
+    return [Case([_uniform(rng, shape)], a, label=str(a)) for a in attrs] + _nhwc_pools(rng, shape, attrs, 0.0)
+
+
+def _nhwc_pools(rng, nchw_shape, attrs, atol):
+    """The same pools on NHWC data (what alter_layout gives a converted region)."""
+    batch, channels, height, width = nchw_shape
+    return [Case([_uniform(rng, (batch, height, width, channels))], dataclasses.replace(a, layout="NHWC"),
+                 label=f"NHWC {a}", atol=atol) for a in attrs]
 
 
 def _avg_pool(rng, size):
@@ -218,7 +230,7 @@ def _avg_pool(rng, size):
                                count_include_pad=True),
              nn.AvgPool2DAttrs(pool_size=(2, 3), strides=(1, 2), dilation=(2, 1), padding=(0, 1, 0, 1),
                                count_include_pad=True)]
-    return [Case([_uniform(rng, shape)], a, label=str(a), atol=1e-5) for a in attrs]
+    return [Case([_uniform(rng, shape)], a, label=str(a), atol=1e-5) for a in attrs] + _nhwc_pools(rng, shape, attrs, 1e-5)
 
 
 def _global_pool(rng, size):

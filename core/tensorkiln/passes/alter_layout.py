@@ -14,10 +14,10 @@ With NHWC preferred:
 
 A converted tensor stays in the new layout through layout-agnostic ops
 (elementwise and broadcast ops, whose constant operands are permuted at
-compile time; bias_add and concatenate, whose axis is remapped), so
-layout_transform appears only at the boundaries of the converted region: where
-an op that knows only NCHW (pooling, reshape, ...) or the function result
-needs the original layout. Constant weights are permuted here; a transform of
+compile time; bias_add, concatenate and lrn, whose axis is remapped) and through
+max/avg pools (which take a `layout` attribute), so layout_transform appears
+only at the boundaries of the converted region: where an op that knows only
+NCHW (global pooling, reshape, ...) or the function result needs the original layout. Constant weights are permuted here; a transform of
 a computed weight is left to fold_constants.
 
 Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), since those are
@@ -41,6 +41,7 @@ import numpy as np
 
 from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
 from ..graph.ops.layout import transform_layout
+from ..graph.ops.nn import POOL_LAYOUTS
 from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType
 from .manager import register_pass
@@ -205,6 +206,15 @@ class _Converter:
             return self._conv2d(call)
         if not isinstance(call.checked_type, TensorType) or call.ndim != 4:
             return None
+        if name in ("nn.max_pool2d", "nn.avg_pool2d"):
+            # also when its input is only transformed for other users (a graph input feeding convs
+            # and a pool): the pool then shares that transform instead of staying behind
+            (data,) = call.args
+            if (self.layout not in POOL_LAYOUTS or call.attrs.layout != _ORIGINAL
+                    or not (id(data) in self.produced or id(data) in self.converted)):
+                return None
+            return Call(call.op, (self.in_layout(data),), dataclasses.replace(call.attrs, layout=self.layout),
+                        call.span)
         if not any(id(a) in self.produced for a in call.args):
             return None  # nothing around is converted: converting here would only add transforms
         if name == "nn.bias_add":
@@ -212,6 +222,11 @@ class _Converter:
                 return None
             return Call(call.op, (self.in_layout(call.args[0]), self.original(call.args[1])),
                         call.op.make_attrs(axis=self.layout.index("C")), call.span)
+        if name == "nn.lrn":  # a window over channels: contiguous in NHWC
+            if call.attrs.axis % 4 != 1:
+                return None
+            return Call(call.op, (self.in_layout(call.args[0]),),
+                        dataclasses.replace(call.attrs, axis=self.layout.index("C")), call.span)
         if name == "concatenate":
             axis = _ORIGINAL[call.attrs.axis % 4]
             return Call(call.op, tuple(self.in_layout(a) for a in call.args),

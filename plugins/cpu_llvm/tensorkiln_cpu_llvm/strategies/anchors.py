@@ -252,6 +252,9 @@ def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, con
         schedule_reduce_stage(s, acc, target)
         schedule_injective_stage(s, output, target)
         return
+    if acc.op.attrs.get("layout") == "NHWC":
+        _apply_pool_nhwc(s, anchor, acc, output, target)
+        return
     out = s[output]
     batch, channel, row, column = out.op.axis
     lanes = vector_lanes(target, acc.dtype)
@@ -271,6 +274,30 @@ def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, con
     stage.reorder(b, c, y, ry, rx, x)
     if width_block > 1:
         stage.vectorize(x)
+
+
+def _apply_pool_nhwc(s: te.Schedule, anchor: te.Tensor, acc: te.Tensor, output: te.Tensor, target) -> None:
+    """NHWC pooling: (batch, row) parallel, the window's padded rows computed per output row,
+    channels vectorized with the window taps outside them (each tap is a contiguous vector load)."""
+    out = s[output]
+    batch, row, column, channel = out.op.axis
+    lanes = vector_lanes(target, acc.dtype)
+    channel_block = divisor_at_most(int(output.shape[3]), lanes)
+    channel_outer, channel_inner = out.split(channel, factor=channel_block)
+    fused = out.fuse(batch, row)
+    _parallel(out, fused, target)
+    if channel_block > 1:
+        out.vectorize(channel_inner)
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            s[producer].compute_at(out, fused)
+    s[acc].compute_at(out, channel_outer)
+    stage = s[acc]
+    b, y, x, c = stage.op.axis
+    ry, rx = stage.op.reduce_axis
+    stage.reorder(b, y, x, ry, rx, c)
+    if channel_block > 1:
+        stage.vectorize(c)
 
 
 def _outer_inner_split(output: te.Tensor, first_inner: int):
