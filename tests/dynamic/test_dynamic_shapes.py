@@ -102,3 +102,18 @@ def test_signature_keeps_symbols_and_parses_bounds():
     with pytest.raises(ShapeError, match="must look like lo..hi"):
         parse_shape("b:3x4")
     assert parse_shapes(["input=?x3x224x224", "mask=1,3"]) == {"input": "?x3x224x224", "mask": (1, 3)}
+
+
+def test_threads_running_different_shapes_at_once_get_their_own_results():
+    from concurrent.futures import ThreadPoolExecutor
+
+    node = helper.make_node("Mul", ["a", "a"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", F, ["n", 3])],
+                              [helper.make_tensor_value_info("y", F, ["n", 3])])
+    lib = tk.compile(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), target="cpu_llvm")
+    arrays = [RNG.standard_normal((1 + i % 3, 3)).astype(np.float32) for i in range(12)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lib, arrays))
+    for array, result in zip(arrays, results):
+        np.testing.assert_array_equal(result, array * array)
+    assert lib.cache_info()["entries"] == 3

@@ -60,6 +60,8 @@ def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callabl
         try:
             mod = from_onnx(source, shape=static_shape, memory_limit=memory_limit)
         except ValueNotStaticError as error:
+            if not error.inputs:  # computed from no graph input: knowing the inputs would not help
+                raise
             value_inputs = error.inputs
         else:
             return compile_module(mod)
@@ -81,6 +83,8 @@ def _probe(source, signature: dict[str, SymbolicTensorType], memory_limit: int |
     try:
         from_onnx(source, shape=shapes, memory_limit=memory_limit)
     except ValueNotStaticError as error:
+        if not error.inputs:
+            raise
         return error.inputs
     except (UnsupportedOpError, DTypeError):
         raise
