@@ -169,7 +169,7 @@ def tsan_report(artifact: Artifact, emitter, timeout: float = 120.0) -> str:
                                 "-o", binary, source], capture_output=True, text=True)
         if built.returncode != 0:
             raise CompileError(f"cuda TSan build failed:\n{built.stderr}")
-        # setarch -R: TSan refuses some kernels' high-entropy ASLR layouts ("unexpected memory mapping")
+        # setarch -R: TSan refuses the high-entropy ASLR layouts of some Linux kernels ("unexpected memory mapping")
         command = [binary]
         if shutil.which("setarch"):
             command = ["setarch", os.uname().machine, "-R", binary]
