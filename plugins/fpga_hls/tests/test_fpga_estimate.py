@@ -95,3 +95,16 @@ def test_partitioned_arrays_are_registers_and_ports_cost_adapters():
     registers = _estimate(s, [b_a, out])
     assert registers["BRAM_18K"] == 2 * M_AXI_ADAPTER["BRAM_18K"]
     assert registers["FF"] - banked["FF"] == 4096 * 32
+
+
+def test_time_evaluator_reports_the_estimated_hardware_time():
+    a, c = _copy(64)
+    s = te.create_schedule(c.op)
+    s[c].pipeline(c.op.axis[0], 1)
+    f = tk.build(s, [a, c], target="fpga_hls -clock_mhz=250", name="copy")
+    import numpy as np
+    x = np.arange(64, dtype=np.float32)
+    out = np.zeros(64, np.float32)
+    timing = f.time_evaluator(number=2, repeat=3)(x, out)
+    np.testing.assert_array_equal(out, x)
+    assert list(timing.results) == [(63 + 3 + 1) / 250e6] * 3     # cycles / clock: the tuner's cost
