@@ -57,6 +57,9 @@ def test_float16_dense_layers_take_the_tensor_core_strategy(tmp_path):
                      "cuda -arch=sm_90 -device=cpu_shim")
     (choice,) = lib.summary()["strategies"].values()
     assert choice["strategy"] == "cuda.dense_wmma"
+    (estimate,) = lib.summary()["estimates"].values()     # ptxas resources per kernel
+    assert estimate["arch"] == "sm_90" and estimate["threads_per_block"] == 32 and estimate["registers"] > 0
+    assert estimate["shared_bytes"] == 16 * 16 * 4 and estimate["spill_stores"] == 0
     rng = np.random.default_rng(2)
     xv, wv, bv = (rng.standard_normal(shape).astype("float16") for shape in ((m, k), (n, k), (n,)))
     reference = np.maximum(xv.astype("float32") @ wv.astype("float32").T + bv.astype("float32"), 0)
