@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorkiln.graph.ops.bitcast import BitcastAttrs
 from tensorkiln.graph.ops.sampling import GridSampleAttrs
 from tensorkiln.graph.ops.scatter import ScatterElementsAttrs, ScatterNDAttrs
 from tensorkiln.graph.ops.tensor import CumsumAttrs
@@ -44,5 +45,13 @@ def _scatter_nd(rng, size):
     return [_case([data, indices, updates], ScatterNDAttrs(reduction=r), label=r) for r in ("none", "add", "max")]
 
 
-CASES = {"cumprod": _cumprod, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
+def _bitcast(rng, size):
+    floats = np.array([0.0, -0.0, 1.5, np.inf, -np.inf, np.nan, 1e-45, -3.4e38], dtype="float32")
+    return [_case([floats], BitcastAttrs(dtype="int32"), label="float32 -> int32"),
+            _case([rng.integers(-128, 128, (3, 4)).astype("int8")], BitcastAttrs(dtype="uint8"), label="int8 -> uint8"),
+            _case([rng.integers(0, 2, (5,)).astype(bool)], BitcastAttrs(dtype="uint8"), label="bool -> uint8"),
+            _case([rng.integers(-2 ** 62, 2 ** 62, (4,))], BitcastAttrs(dtype="float64"), label="int64 -> float64")]
+
+
+CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
          "scatter_nd": _scatter_nd}

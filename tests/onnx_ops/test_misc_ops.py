@@ -29,3 +29,27 @@ def test_lp_pool(p, attrs):
     shape = (2, 3, 7, 6) if len(attrs["kernel_shape"]) == 2 else (2, 3, 7)
     x = np.random.default_rng(0).standard_normal(shape).astype("float32")
     _check_against_onnxruntime(helper.make_node("LpPool", ["x"], ["y"], p=p, **attrs), {"x": x})
+
+
+def test_bitcast_through_the_c_emitter_keeps_every_bit():
+    import shutil
+    from tensorkiln import te
+    from tensorkiln.graph.ops.bitcast import BitcastAttrs
+    from tensorkiln.graph.registry import get_op
+    from tensorkiln.graph.types import TensorType
+    from tensorkiln.ops import naive_schedule
+    from tensorkiln.sdk import CSourceEmitter
+    from tensorkiln.sdk.native_c import build_native_module
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no system C compiler (cc) on PATH")
+    x = np.array([0.0, -0.0, 1.5, np.inf, -np.nan, 1e-45], dtype="float32")
+    attrs = BitcastAttrs(dtype="uint32")
+    op = get_op("bitcast")
+    source = te.placeholder(x.shape, "float32", name="x")
+    out = op.compute([source], attrs, op.type_rule((TensorType(x.shape, "float32"),), attrs))
+    func = tk.lower(naive_schedule([out]), [source, out], name="kernel")
+    module = build_native_module(CSourceEmitter().emit([func]), compiler=cc, label="bitcast")
+    got = np.zeros(x.shape, "uint32")
+    module.get_function("kernel")(x, got)
+    np.testing.assert_array_equal(got, x.view("uint32"))

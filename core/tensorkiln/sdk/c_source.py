@@ -817,6 +817,16 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
         dtype = e.dtype if lane is None else dtype_of(e.dtype).element
         return self.d.cast(dtype, self.expr(e.value, lane), e.value.dtype)
 
+    def visit_Reinterpret(self, e, lane):
+        """Through a union: C has no bit cast of values, and a pointer cast breaks strict aliasing."""
+        source, target = dtype_of(e.value.dtype).element, dtype_of(e.dtype).element
+        name = f"tk_reinterpret_{source}_{target}"
+        if name not in self.module.helpers:
+            s, t = self.d.type_name(source), self.d.type_name(target)
+            self.module.helpers[name] = (f"{self.d.helper_prefix} {t} {name}({s} v) "
+                                         f"{{ union {{ {s} a; {t} b; }} u; u.a = v; return u.b; }}")
+        return f"{name}({_strip(self.expr(e.value, lane))})"
+
     def visit_Ramp(self, e, lane):
         if lane is None:
             elements = ", ".join(self._ramp_lane(e, str(i)) for i in range(e.lanes_count))

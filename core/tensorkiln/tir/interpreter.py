@@ -90,6 +90,11 @@ def _shift(fn, value, amount, np_dtype):
     return fn(_cast(value, np_dtype), _cast(amount, np_dtype))
 
 
+def _reinterpret(value, source, target):
+    arr = np.asarray(value).astype(source)
+    return arr.view(target)[()] if arr.ndim == 0 else arr.view(target)
+
+
 def _erf(x):
     arr = np.asarray(x)
     out = np.vectorize(math.erf, otypes=[np.float64])(arr).astype(arr.dtype)
@@ -265,6 +270,10 @@ class _Emitter(StmtFunctor, ExprFunctor):
     def visit_Cast(self, e):
         return f"_cast({self.expr(e.value)}, {self.const(to_numpy(dtype_of(e.dtype).element))})"
 
+    def visit_Reinterpret(self, e):
+        source = self.const(to_numpy(dtype_of(e.value.dtype).element))
+        return f"_reinterpret({self.expr(e.value)}, {source}, {self._element_type(e)})"
+
     def visit_Ramp(self, e):
         return f"_ramp({self.expr(e.base)}, {self.expr(e.stride)}, {e.lanes_count})"
 
@@ -392,8 +401,9 @@ def compile_to_python(func: n.PrimFunc, check_bounds: bool = True):
     """Translate `func` to a Python function `program(flat_arrays, intrinsic_runner)`."""
     emitter = _Emitter(func, check_bounds)
     source = emitter.program()
-    namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_shift": _shift, "_math": _MATH,
-                 "_alloc": _alloc, "_checker": _checker, "_select": _select, "_masked_load": _masked_load, **emitter.consts}
+    namespace = {"np": np, "_ramp": _ramp, "_tdiv": _tdiv, "_cast": _cast, "_shift": _shift,
+                 "_reinterpret": _reinterpret, "_math": _MATH, "_alloc": _alloc, "_checker": _checker,
+                 "_select": _select, "_masked_load": _masked_load, **emitter.consts}
     exec(compile(source, f"<tir {func.name}>", "exec"), namespace)
     program = namespace["_program"]
     program.source = source

@@ -21,7 +21,7 @@ __all__ = [
     "PrimExpr", "IntImm", "FloatImm", "StringImm", "Var", "BinaryOp", "Add", "Sub", "Mul", "Div",
     "FloorDiv", "FloorMod", "Min", "Max", "BitAnd", "BitOr", "BitXor", "ShiftLeft", "ShiftRight",
     "BITWISE_OPS", "CompareOp", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or",
-    "Not", "Select", "Cast", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
+    "Not", "Select", "Cast", "Reinterpret", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
     "Stmt", "Store", "ForKind", "For", "SeqStmt", "IfThenElse", "Allocate", "LetStmt", "Evaluate",
     "Barrier", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
 ]
@@ -188,6 +188,14 @@ class Select(PrimExpr):
 
 @dataclass(frozen=True, eq=False)
 class Cast(PrimExpr):
+    dtype: str
+    value: PrimExpr
+
+
+@dataclass(frozen=True, eq=False)
+class Reinterpret(PrimExpr):
+    """The bits of `value` read as `dtype`, of the same width (bool counts as 8 bits, 0 or 1)."""
+
     dtype: str
     value: PrimExpr
 

@@ -25,6 +25,8 @@ def format_expr(e: n.PrimExpr) -> str:
         return f"select({format_expr(e.condition)}, {format_expr(e.true_value)}, {format_expr(e.false_value)})"
     if isinstance(e, n.Cast):
         return f"{e.dtype}({format_expr(e.value)})"
+    if isinstance(e, n.Reinterpret):
+        return f"reinterpret<{e.dtype}>({format_expr(e.value)})"
     if isinstance(e, n.Ramp):
         return f"ramp({format_expr(e.base)}, {format_expr(e.stride)}, {e.lanes_count})"
     if isinstance(e, n.Broadcast):

@@ -196,6 +196,16 @@ class ExprCodegen(tir.ExprFunctor):
         a, b = self._binary(node)
         return self.builder.ashr(a, b) if dtype_of(node.dtype).is_signed else self.builder.lshr(a, b)
 
+    def visit_Reinterpret(self, node):
+        """The same bits as another type; bool is an i1 in registers and 0/1 in a byte in memory."""
+        value = self.expr(node.value)
+        source, target = dtype_of(node.value.dtype), dtype_of(node.dtype)
+        if source.is_bool:
+            value = self.builder.zext(value, memory_type(node.value.dtype))
+        if target.is_bool:
+            return self.builder.icmp_unsigned("!=", value, ir.Constant(value.type, None))
+        return self.builder.bitcast(value, value_type(node.dtype))
+
     # -- comparisons and logic ----------------------------------------------------------------
 
     def _compare(self, node, symbol: str):

@@ -1,4 +1,4 @@
-"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool."""
+"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast."""
 from __future__ import annotations
 
 import dataclasses
@@ -8,7 +8,7 @@ import numpy as np
 from ....graph.expr import Expr
 from ..node import OnnxNode
 from ._registry import converter
-from ._util import scalar
+from ._util import onnx_dtype, scalar
 from .nn import _pool
 
 
@@ -45,3 +45,8 @@ def _lp_pool(node: OnnxNode) -> Expr:
     window = float(np.prod(node.attr("kernel_shape")))
     total = node.call("multiply", pooled, scalar(window, data.dtype))
     return total if p == 1 else node.call("power", total, scalar(1.0 / p, data.dtype))
+
+
+@converter("BitCast")
+def _bitcast(node: OnnxNode) -> Expr:
+    return node.call("bitcast", node.required(0), dtype=onnx_dtype(node.attr("to"), node))
