@@ -243,3 +243,14 @@ def test_loop_with_a_trip_count_from_a_graph_input_through_the_standard_backend_
         assert got[1].shape == (trips, 2)
         for g, w in zip(got, want):
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_loop_with_a_run_time_trip_count_and_only_carried_values_compiles_once():
+    body = h.make_graph([h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Add", ["y_in", "fi"], ["y_out"]),
+                         h.make_node("Identity", ["cond"], ["cond_out"])],
+                        "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (3,))],
+                        [tensor("cond_out", (), T.BOOL), tensor("y_out", (3,))])
+    m = model([h.make_node("Loop", ["M", "", "y0"], ["y"], body=body)], [tensor("M", (), T.INT64), tensor("y0", (3,))],
+              [tensor("y", (3,))])
+    lib = _check(m, [{"M": np.array(trips, np.int64), "y0": np.zeros(3, np.float32)} for trips in (0, 1, 7)])
+    assert [step.ops for step in lib.plan.steps] == [("loop",)]
