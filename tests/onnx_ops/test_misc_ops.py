@@ -53,3 +53,30 @@ def test_bitcast_through_the_c_emitter_keeps_every_bit():
     got = np.zeros(x.shape, "uint32")
     module.get_function("kernel")(x, got)
     np.testing.assert_array_equal(got, x.view("uint32"))
+
+
+@pytest.mark.parametrize("attrs, length, complex_input", [
+    ({}, None, True), ({"onesided": 1}, 12, False), ({"inverse": 1}, None, True),
+    ({"inverse": 1, "onesided": 1}, 10, True)])
+def test_dft_matches_numpy_fft(attrs, length, complex_input):
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 6, 3, 2 if complex_input else 1)).astype("float32")
+    inits = [helper.make_tensor("axis", TensorProto.INT64, [], [1])]
+    if length is not None:
+        inits.append(helper.make_tensor("n", TensorProto.INT64, [], [length]))
+    node = helper.make_node("DFT", ["x", "n" if length is not None else "", "axis"], ["y"], **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    signal = x[..., 0] + 1j * x[..., 1] if complex_input else x[..., 0]
+    if attrs.get("inverse") and attrs.get("onesided"):
+        want = np.fft.irfft(signal, n=length, axis=1)[..., None]
+    else:
+        n = length or x.shape[1]
+        spectrum = np.fft.ifft(signal, n=n, axis=1) if attrs.get("inverse") else np.fft.fft(signal, n=n, axis=1)
+        if attrs.get("onesided"):
+            spectrum = spectrum[:, :n // 2 + 1]
+        want = np.stack([spectrum.real, spectrum.imag], axis=-1)
+    got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run({"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
