@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorkiln.graph.ops.bitcast import BitcastAttrs
+from tensorkiln.graph.ops.col2im import Col2ImAttrs, block_counts
 from tensorkiln.graph.ops.sampling import GridSampleAttrs
 from tensorkiln.graph.ops.scatter import ScatterElementsAttrs, ScatterNDAttrs
 from tensorkiln.graph.ops.tensor import CumsumAttrs
@@ -53,5 +54,17 @@ def _bitcast(rng, size):
             _case([rng.integers(-2 ** 62, 2 ** 62, (4,))], BitcastAttrs(dtype="float64"), label="int64 -> float64")]
 
 
-CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
+def _col2im(rng, size):
+    out = []
+    for attrs in (Col2ImAttrs(image_shape=(5, 6), block_shape=(2, 3), strides=(1, 2), dilations=(2, 1),
+                              pads=(1, 0, 2, 1)),
+                  Col2ImAttrs(image_shape=(4, 3, 5), block_shape=(2, 1, 2), strides=(2, 1, 1), dilations=(1, 1, 2),
+                              pads=(0, 1, 1, 1, 0, 0))):
+        volume, blocks = int(np.prod(attrs.block_shape)), int(np.prod(block_counts(attrs)))
+        x = rng.uniform(-2, 2, (2, 3 * volume, blocks)).astype("float32")
+        out.append(_case([x], attrs, label=f"{len(attrs.image_shape)}-D", atol=1e-5))
+    return out
+
+
+CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "col2im": _col2im, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
          "scatter_nd": _scatter_nd}

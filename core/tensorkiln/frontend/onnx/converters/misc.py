@@ -1,4 +1,4 @@
-"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast."""
+"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast, Col2Im."""
 from __future__ import annotations
 
 import dataclasses
@@ -50,3 +50,13 @@ def _lp_pool(node: OnnxNode) -> Expr:
 @converter("BitCast")
 def _bitcast(node: OnnxNode) -> Expr:
     return node.call("bitcast", node.required(0), dtype=onnx_dtype(node.attr("to"), node))
+
+
+@converter("Col2Im")
+def _col2im(node: OnnxNode) -> Expr:
+    image = node.const_ints(1, "image_shape")
+    block = node.const_ints(2, "block_shape")
+    rank = len(image)
+    return node.call("col2im", node.required(0), image_shape=image, block_shape=block,
+                     strides=tuple(node.attr("strides", [1] * rank)), dilations=tuple(node.attr("dilations", [1] * rank)),
+                     pads=tuple(node.attr("pads", [0] * (2 * rank))))
