@@ -80,3 +80,27 @@ def test_dft_matches_numpy_fft(attrs, length, complex_input):
         want = np.stack([spectrum.real, spectrum.imag], axis=-1)
     got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run({"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_reverse_sequence_and_max_unpool():
+    from onnx import helper
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((3, 5, 2)).astype("float32")
+    lengths = np.array([5, 1, 3], dtype="int64")
+    _check_against_onnxruntime(helper.make_node("ReverseSequence", ["x", "lens"], ["y"], batch_axis=0, time_axis=1),
+                               {"x": x, "lens": lengths})
+    pooled = rng.standard_normal((1, 2, 2, 2)).astype("float32")
+    flat = np.stack([rng.choice(np.arange(c * 16, c * 16 + 16), 4, replace=False) for c in range(2)]).reshape(1, 2, 2, 2)
+    _check_against_onnxruntime(helper.make_node("MaxUnpool", ["x", "i"], ["y"], kernel_shape=[2, 2], strides=[2, 2]),
+                               {"x": pooled, "i": flat.astype("int64")}, opset=22)
+
+
+@pytest.mark.parametrize("mode", ["linear", "circular"])
+def test_tensor_scatter(mode):
+    from onnx import helper
+    rng = np.random.default_rng(6)
+    past = rng.standard_normal((2, 3, 6, 4)).astype("float32")
+    update = rng.standard_normal((2, 3, 2, 4)).astype("float32")
+    writes = np.array([1, 4] if mode == "linear" else [5, 2], dtype="int64")
+    _check_against_onnxruntime(helper.make_node("TensorScatter", ["past", "update", "w"], ["y"], mode=mode),
+                               {"past": past, "update": update, "w": writes}, opset=24)
