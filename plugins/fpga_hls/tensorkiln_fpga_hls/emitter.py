@@ -174,6 +174,7 @@ class HLSEmitter(CSourceEmitter):
         """The kernel with fixed outputs computed into tk_real arrays, and dataflow stage markers."""
         if types.fixed:
             func = _accumulate_outputs_exactly(func, types)
+            func = _widen_fixed_loads(func, types)
         if func.attr("dataflow"):
             func = _mark_dataflow_stages(func)
         return func
@@ -263,9 +264,16 @@ class HLSEmitter(CSourceEmitter):
 
     # --- expressions -------------------------------------------------------------------------
 
+    def literal(self, value, dtype):
+        text = super().literal(value, dtype)
+        # in a fixed-point module float constants are tk_real, so `c ? x : 0.0f` has one type
+        return f"((tk_real){text})" if self._state.fixed_module and dtype == "float32" else text
+
     def math_call(self, name, args, dtype):
         if name.startswith("tk_dataflow_"):
             return self.math_functions[name]
+        if self._state.fixed_module and name == "fma":   # exact in fixed point: multiply, then add
+            return f"(({args[0]}) * ({args[1]}) + ({args[2]}))"
         if self._state.fixed_module and dtype_of(dtype).is_float and name in CSourceEmitter.math_functions \
                 and name not in _FIXED_SAFE_CALLS:
             raise CompileError(f"fpga_hls: a kernel with fixed-point tensors calls {name}, which has no exact "
@@ -314,6 +322,16 @@ def _accumulate_outputs_exactly(func: tir.PrimFunc, types: KernelTypes) -> tir.P
                        tir.Store(param, tir.Load(shadow, index), index), None, (("pipeline", 1),))
         body = tir.Allocate(shadow, tir.SeqStmt((body, copy)))
     return dataclasses.replace(func, body=body)
+
+
+def _widen_fixed_loads(func: tir.PrimFunc, types: KernelTypes) -> tir.PrimFunc:
+    """Every read of a fixed-point tensor as tk_real, so mixed expressions (a select between a
+    tensor and 0.0f, a tensor times another type) have one C++ type; widening is exact."""
+    def widen(node):
+        if isinstance(node, tir.Load) and not types.of(node.buffer).is_float and node.dtype == "float32":
+            return tir.Cast("float32", node)
+        return None
+    return dataclasses.replace(func, body=rewrite(func.body, post=widen))
 
 
 def _mark_dataflow_stages(func: tir.PrimFunc) -> tir.PrimFunc:

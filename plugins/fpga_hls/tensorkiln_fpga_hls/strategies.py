@@ -7,8 +7,10 @@ epilogue is computed in the anchor's loop body, as an HLS design would chain it)
 - a reduction loop is split by `unroll` and the inner part unrolled (that many
   multipliers side by side), the outer part pipelined with an II of at least `unroll`,
   since its operands arrive through one m_axi port each.
-Both are tuning knobs, so the tuner can search them with the estimator (estimate.py) as
-the cost; the defaults are the smallest design that pipelines at all.
+- an NHWC convolution reads its input through a line buffer (`line_buffer`): the rows of
+  one output row's receptive field, copied into a local array at the output-row loop.
+These are tuning knobs, so the tuner can search them with the estimator (estimate.py) as
+the cost (the C-simulation device's time_function returns the estimated FPGA time).
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ UNROLL_FACTORS = (1, 2, 4, 8)
 
 
 def _space(workload, target) -> TuningSpace:
-    return TuningSpace((Knob("reuse_factor", REUSE_FACTORS, default=1), Knob("unroll", UNROLL_FACTORS, default=1)))
+    return TuningSpace((Knob("reuse_factor", REUSE_FACTORS, default=1), Knob("unroll", UNROLL_FACTORS, default=1),
+                        Knob("line_buffer", (0, 1), default=1)))
 
 
 def _extent(iv) -> int | None:
@@ -31,9 +34,23 @@ def _extent(iv) -> int | None:
     return getattr(extent, "value", extent) if isinstance(getattr(extent, "value", extent), int) else None
 
 
+def _line_buffer(s: te.Schedule) -> None:
+    """NHWC convolutions read their input through a line buffer: the input rows one output row
+    needs (kernel height x width x channels, padding included) are copied into a local array at
+    the output-row loop, so the pipelined reduction reads BRAM instead of the m_axi port."""
+    for stage in list(s.stages):
+        if stage.op.tag != tags.CONV2D_NHWC or stage.attach_type != "root" or len(stage.op.axis) != 4:
+            continue
+        data = stage.op.input_tensors[0]
+        rows = s.cache_read(data, "local", [stage])
+        s[rows].compute_at(stage, stage.op.axis[1])
+
+
 def schedule_pipelined(outputs, target, config) -> te.Schedule:
     """The naive schedule with the innermost loop of each root stage pipelined (see module docstring)."""
     s = naive_schedule(outputs, target)
+    if config.get("line_buffer", 1):
+        _line_buffer(s)
     ii, unroll = int(config.get("reuse_factor", 1)), int(config.get("unroll", 1))
     for stage in s.stages:
         if stage.attach_type != "root" or not stage.leaf_iter_vars:

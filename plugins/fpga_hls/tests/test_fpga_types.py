@@ -107,3 +107,25 @@ def test_int8_tensors_as_ap_int(matmul):
     out = np.zeros((8, 8), np.int32)
     f(x, y, out)
     np.testing.assert_array_equal(out, x.astype(np.int32) @ y.astype(np.int32))
+
+
+def test_fixed_point_convolution_through_compile_is_bit_exact():
+    """tk.compile with -data_type: each kernel's tensors are ap_fixed; the reference is a float64
+    convolution (exact for these widths) of the quantised input and weight, quantised once."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(6)
+    weight = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])], "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 6, 6])], [numpy_helper.from_array(weight, "W")])
+    model = helper.make_model(graph)
+    model.opset_import[0].version = 13
+    fixed = HLSType.parse("ap_fixed<16,6,AP_RND_CONV,AP_SAT>")
+    lib = tk.compile(model, target="fpga_hls -data_type=ap_fixed<16,6,AP_RND_CONV,AP_SAT>")
+    x = rng.standard_normal((1, 3, 6, 6)).astype(np.float32)
+    padded = np.pad(quantize(x, fixed), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))   # [1, 3, 6, 6, 3, 3]
+    exact = np.einsum("ncyxij,ocij->noyx", windows, quantize(weight, fixed))
+    np.testing.assert_array_equal(lib(x), quantize(exact, fixed).astype(np.float32))
