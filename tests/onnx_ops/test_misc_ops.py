@@ -104,3 +104,15 @@ def test_tensor_scatter(mode):
     writes = np.array([1, 4] if mode == "linear" else [5, 2], dtype="int64")
     _check_against_onnxruntime(helper.make_node("TensorScatter", ["past", "update", "w"], ["y"], mode=mode),
                                {"past": past, "update": update, "w": writes}, opset=24)
+
+
+@pytest.mark.parametrize("shape", [(3, 3), (2, 4, 4), (1, 1)])
+def test_det_matches_numpy(shape):
+    from onnx import TensorProto, helper
+    x = np.random.default_rng(7).standard_normal(shape).astype("float32")
+    graph = helper.make_graph([helper.make_node("Det", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape[:-2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+    got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run({"x": x})[0]
+    np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)

@@ -1,4 +1,4 @@
-"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast, Col2Im."""
+"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast, Col2Im, Det."""
 from __future__ import annotations
 
 import dataclasses
@@ -60,3 +60,40 @@ def _col2im(node: OnnxNode) -> Expr:
     return node.call("col2im", node.required(0), image_shape=image, block_shape=block,
                      strides=tuple(node.attr("strides", [1] * rank)), dilations=tuple(node.attr("dilations", [1] * rank)),
                      pads=tuple(node.attr("pads", [0] * (2 * rank))))
+
+
+_DET_MAX_SIZE = 8
+
+
+@converter("Det")
+def _det(node: OnnxNode) -> Expr:
+    """Laplace expansion along the rows, each minor (a set of columns of the last rows) computed once:
+    2^n minors of n terms. Exact for the small matrices models carry (n <= 8); larger ones would
+    want an LU kernel."""
+    data = node.required(0)
+    rank, n = len(data.shape), data.shape[-1]
+    if rank < 2 or data.shape[-2] != n:
+        raise node.unsupported(f"the input {tuple(data.shape)} must end in a square matrix")
+    if n > _DET_MAX_SIZE:
+        raise node.unsupported(f"{n}x{n} matrices: the expansion is built for n <= {_DET_MAX_SIZE}")
+
+    def element(i: int, j: int) -> Expr:
+        entry = node.call("strided_slice", data, begin=(i, j), end=(i + 1, j + 1), axes=(rank - 2, rank - 1))
+        return node.call("squeeze", entry, axis=(rank - 2, rank - 1))
+    entries = [[element(i, j) for j in range(n)] for i in range(n)]
+    minors: dict[tuple[int, ...], Expr] = {}
+
+    def minor(columns: tuple[int, ...]) -> Expr:
+        """Determinant of the last len(columns) rows restricted to `columns`."""
+        if columns not in minors:
+            row = n - len(columns)
+            if len(columns) == 1:
+                minors[columns] = entries[row][columns[0]]
+            else:
+                total = None
+                for k, column in enumerate(columns):
+                    term = node.call("multiply", entries[row][column], minor(columns[:k] + columns[k + 1:]))
+                    total = term if total is None else node.call("subtract" if k % 2 else "add", total, term)
+                minors[columns] = total
+        return minors[columns]
+    return minor(tuple(range(n)))
