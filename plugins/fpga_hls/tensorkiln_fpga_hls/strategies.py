@@ -47,14 +47,27 @@ def _line_buffer(s: te.Schedule) -> None:
 
 
 def schedule_pipelined(outputs, target, config) -> te.Schedule:
-    """The naive schedule with the innermost loop of each root stage pipelined (see module docstring)."""
+    """The naive schedule with the innermost loop of each root stage pipelined (see module docstring).
+
+    The requested II (reuse_factor) is raised to what the memory ports allow, found by lowering
+    the schedule once: a default that the pragma linter would refuse is no default."""
+    first, requested = _pipelined(outputs, target, config)
+    bounds = _port_bounds(first, outputs)
+    if len(bounds) != len(requested) or all(b <= ii for b, ii in zip(bounds, requested)):
+        return first
+    return _pipelined(outputs, target, config, [max(b, ii) for b, ii in zip(bounds, requested)])[0]
+
+
+def _pipelined(outputs, target, config, iis=None) -> tuple[te.Schedule, list[int]]:
     s = naive_schedule(outputs, target)
     if config.get("line_buffer", 1):
         _line_buffer(s)
-    ii, unroll = int(config.get("reuse_factor", 1)), int(config.get("unroll", 1))
+    reuse, unroll = int(config.get("reuse_factor", 1)), int(config.get("unroll", 1))
+    requested = []
     for stage in s.stages:
         if stage.attach_type != "root" or not stage.leaf_iter_vars:
             continue
+        ii = reuse
         innermost = stage.leaf_iter_vars[-1]
         extent = _extent(innermost)
         if innermost.kind == "reduce" and unroll > 1 and extent and extent % unroll == 0 and extent > unroll:
@@ -62,8 +75,34 @@ def schedule_pipelined(outputs, target, config) -> te.Schedule:
             stage.unroll(inner)
             innermost = outer
             ii = max(ii, unroll)   # each m_axi operand is read `unroll` times per iteration through one port
+        if iis is not None:
+            ii = iis[len(requested)]
+        requested.append(ii)
         stage.pipeline(innermost, ii)
-    return s
+    return s, requested
+
+
+def _port_bounds(s: te.Schedule, outputs) -> list[int]:
+    """The memory-port II bound of each pipelined loop of `s`, in the order they are lowered."""
+    from tensorkiln import tir
+    from tensorkiln.tir.visit import post_order_visit
+
+    from .estimate import min_ii_for_ports
+    outputs = [outputs] if isinstance(outputs, te.Tensor) else list(outputs)
+    placeholders, seen, stack = [], set(), list(outputs)
+    while stack:
+        tensor = stack.pop()
+        for source in tensor.op.input_tensors:
+            if source.op not in seen:
+                seen.add(source.op)
+                (placeholders.append(source) if isinstance(source.op, te.PlaceholderOp) else stack.append(source))
+    func = te.lower(s, [*placeholders, *outputs])
+    params = {p.name for p in func.params if isinstance(p, tir.Buffer)}
+    loops: list = []
+    post_order_visit(func.body, lambda x: loops.append(x) if isinstance(x, tir.For)
+                     and "pipeline" in dict(x.annotations) else None)
+    # post-order lists inner loops first; pipelined loops do not nest, so this is lowering order
+    return [min_ii_for_ports(loop, params, set()) for loop in loops]
 
 
 def fpga_strategies(target) -> list[OpImplementation]:
