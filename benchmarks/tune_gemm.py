@@ -56,22 +56,10 @@ def curve(task, checkpoints) -> list:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--size", type=int, default=1024)
-    parser.add_argument("--trials", type=int, default=128)
-    parser.add_argument("--budget", type=float, default=120.0)
-    parser.add_argument("--strategy", default="model")
-    parser.add_argument("--repeat", type=int, default=15)
-    parser.add_argument("--db", default="")
-    parser.add_argument("--compare", default="", help="a second strategy to compare at equal trials")
-    parser.add_argument("--compare-trials", type=int, default=32)
-    parser.add_argument("--seeds", type=int, default=2)
-    args = parser.parse_args()
+def run_and_compare(args) -> None:
     n = args.size
-    print("uptime before:", uptime())
     db = tune.Database(args.db or ":memory:")
-    task = tune.Task.from_op("gemm", (n, n, n), "cpu_llvm")
+    task = tune.Task.from_op("gemm", (n, n, n), args.target)
     print(f"task {task.name}: {task.implementation_name}, space {task.space.size} configs, "
           f"knobs {[k.name for k in task.space.knobs]}")
     start = time.perf_counter()
@@ -84,8 +72,8 @@ def main() -> None:
     a = np.random.default_rng(0).standard_normal((n, n)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((n, n)).astype(np.float32)
     model = graph.nn.matmul(graph.var("A", shape=(n, n)), graph.var("B", shape=(n, n)))
-    tuned = tk.compile(model, "cpu_llvm", tuning_db=db)
-    default = tk.compile(model, "cpu_llvm")
+    tuned = tk.compile(model, args.target, tuning_db=db)
+    default = tk.compile(model, args.target)
     np.testing.assert_allclose(tuned.run([a, b])[0], a @ b, rtol=1e-3, atol=1e-2)
     out = np.empty((n, n), np.float32)
     times = alternate({"numpy": lambda: np.matmul(a, b, out=out), "tensorkiln tuned": lambda: tuned.run([a, b]),
@@ -95,12 +83,32 @@ def main() -> None:
               f"{times['numpy'] / seconds:5.2f}x numpy")
     print(f"RESULT gemm {n}^3: tuned/numpy speed ratio {times['numpy'] / times['tensorkiln tuned']:.2f} "
           f"(>= 0.9 wanted), tuning {wall:.0f} s, {row['trials']} trials")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size", type=int, default=1024)
+    parser.add_argument("--trials", type=int, default=128)
+    parser.add_argument("--budget", type=float, default=120.0)
+    parser.add_argument("--strategy", default="model")
+    parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--db", default="")
+    parser.add_argument("--compare", default="", help="a second strategy to compare at equal trials")
+    parser.add_argument("--compare-trials", type=int, default=32)
+    parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--target", default="cpu_llvm")
+    parser.add_argument("--compare-only", action="store_true", help="skip the tuning run and the numpy comparison")
+    args = parser.parse_args()
+    n = args.size
+    print("uptime before:", uptime())
+    if not args.compare_only:
+        run_and_compare(args)
     if args.compare:
         checkpoints = [c for c in (4, 8, 16, 24, 32, 48, 64, 96, 128) if c <= args.compare_trials]
         print(f"best cost (ms) after {checkpoints} trials, equal trials per strategy:")
-        for strategy in (args.strategy, args.compare):
-            for seed in range(args.seeds):
-                fresh = tune.Task.from_op("gemm", (n, n, n), "cpu_llvm")
+        for seed in range(args.seeds):          # alternately: both strategies see the same load
+            for strategy in (args.strategy, args.compare):
+                fresh = tune.Task.from_op("gemm", (n, n, n), args.target)
                 tune.tune(fresh, trials=args.compare_trials, strategy=strategy, seed=seed + 10, confirm=False)
                 print(f"  {strategy:12s} seed {seed}: " + " ".join(f"{c * 1e3:7.2f}" for c in curve(fresh, checkpoints)))
     print("uptime after:", uptime())
