@@ -116,3 +116,18 @@ def test_det_matches_numpy(shape):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run({"x": x})[0]
     np.testing.assert_allclose(got, np.linalg.det(x.astype(np.float64)), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.slow   # ~14 s of compiling; the node tests cover the plain cases
+def test_deform_conv_with_groups_mask_bias_and_strides():
+    from onnx import helper
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 4, 6, 5)).astype("float32")
+    w = rng.standard_normal((6, 2, 2, 3)).astype("float32")          # group 2
+    oh, ow = (6 + 2 - 2) // 2 + 1, (5 + 1 - 2 * 2 - 1) // 1 + 1      # pads (1, 0, 1, 1), strides (2, 1), dilations (1, 2)
+    offset = rng.uniform(-2, 2, (2, 2 * 6 * 2, oh, ow)).astype("float32")   # offset_group 2, 6 taps, (dy, dx)
+    mask = rng.uniform(0, 1, (2, 2 * 6, oh, ow)).astype("float32")
+    bias = rng.standard_normal(6).astype("float32")
+    node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], group=2, offset_group=2,
+                            pads=[1, 0, 1, 1], strides=[2, 1], dilations=[1, 2], kernel_shape=[2, 3])
+    _check_against_onnxruntime(node, {"x": x, "w": w, "offset": offset, "b": bias, "mask": mask}, opset=22, atol=1e-4)
