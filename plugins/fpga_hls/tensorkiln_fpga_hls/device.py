@@ -23,6 +23,10 @@ class FPGALoader(RuntimeLoader):
             return XRTLoader().load(artifact, target)
         return self._csim.load(artifact, target)
 
+    def availability_note(self) -> str:
+        return ("runs through bit-accurate C-simulation (g++, ap_fixed) by default; -device=xrt runs a built "
+                "xclbin on a board through pyxrt")
+
     def describe_device(self, target: Any = None) -> str:
         options = getattr(target, "options", {}) or {}
         if options.get("device", "csim") == "xrt":

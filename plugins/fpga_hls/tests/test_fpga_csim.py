@@ -18,8 +18,10 @@ def test_target_is_available_through_csimulation(capsys):
     assert target.spec.is_available and target.options["device"] == "csim"
     assert "C-simulation" in target.spec.loader.describe_device(target)
     assert main(["targets"]) == 0
-    row = next(line for line in capsys.readouterr().out.splitlines() if "fpga_hls" in line)
-    assert "available" in row and "unavailable" not in row
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "fpga_hls" in line)
+    assert "available" in row and "not available" not in row
+    assert "fpga_hls: runs through bit-accurate C-simulation" in out
 
 
 def test_pipelined_matmul_matches_numpy_and_is_cached(matmul):
