@@ -1,26 +1,40 @@
-"""benchmarks/models.py: latency of onnx light models on tensorkiln and onnxruntime, batch 1.
+"""benchmarks/models.py: latency of real models on tensorkiln cpu_llvm against onnxruntime, in one run.
 
-    python benchmarks/models.py [--models resnet50,squeezenet,densenet121] [--threads N]
-                                [--repeat 20] [--targets cpu_llvm[,opencl]]
+    python benchmarks/models.py                        # all nine light models + six real-world graphs
+    python benchmarks/models.py --models resnet50,tcn --threads 1,2 --isa native,avx2 --repeat 20
+    python benchmarks/models.py --models light --opt-levels 0,3 --out /tmp/bench
 
-For each model (onnx/backend/test/data/light/light_<name>.onnx, input arange(n)/n like
-the onnx runner) prints one row per configuration:
-  - tensorkiln cpu_llvm at opt level 0 (one kernel per op, no memory reuse) and at the
-    highest opt level (3), with `-num_threads=N` and tk.runtime.set_num_threads(N);
-  - onnxruntime (CPUExecutionProvider, all graph optimisations, intra_op_num_threads=N,
-    inter_op_num_threads=1, sequential execution);
-  - with --targets ...,opencl: tensorkiln opencl (PoCL on a CPU host) at the highest level.
-Columns: median latency over `repeat` runs (after 2 warm-up runs), its ratio to onnxruntime,
-compile seconds, kernels / ops, planned peak activation memory vs one buffer per value
-(no reuse), and max abs error vs onnxruntime. Each opencl row also gives its ratio to cpu_llvm
-at the same opt level. Numbers on a shared or 2-core machine are noisy: read ratios, not ms.
+Models: the onnx light model zoo (onnx/backend/test/data/light/light_<name>.onnx, input
+arange(n)/n like the onnx runner) and the small real-world graphs of benchmarks/real_graphs.py
+(transformer encoder, GPT decoder block, depthwise-separable CNN, dilated TCN, UNet, shape ops).
+
+Each model is compiled once per ISA column and opt level; each thread count is set at run time
+(`tk.runtime.set_num_threads`) and onnxruntime gets a session with the same intra-op thread count
+(sequential execution, all graph optimisations). Timed runs alternate tensorkiln and onnxruntime,
+and the ratio is the median of the per-round ratios, so a load change on this shared machine hits
+both sides. Columns:
+
+    native   cpu_llvm for the host CPU
+    avx2     cpu_llvm with -mcpu=haswell (AVX2 + FMA, 16 vector registers): what a user without
+             AVX-512 gets. onnxruntime cannot be restricted to AVX2 (MLAS picks its kernels at run
+             time), so on an AVX-512 host this column is against onnxruntime's AVX-512 kernels and
+             is pessimistic for tensorkiln.
+
+Per model and configuration: median ms of both, the ratio, compile seconds, kernel launches,
+the executor's time outside kernels per launch (from tk.runtime.profiler, 1 thread), and the max
+abs difference from onnxruntime's output. At the end: geometric means per column over the light
+models and over the real-world graphs; a markdown table (models.md) and a bar chart of the ratios
+(models.png) under --out.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
+import sys
 import time
+from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
@@ -28,117 +42,242 @@ from onnx import numpy_helper
 
 import tensorkiln as tk
 from tensorkiln.ir.errors import TensorkilnError
+from tensorkiln.runtime.profiler import profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import real_graphs  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-MAX_OPT_LEVEL = 3
-DEFAULT_MODELS = ("resnet50", "squeezenet", "densenet121")
+LIGHT_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
+                "bvlc_alexnet", "zfnet512", "vgg19")
+ISA_OPTIONS = {"native": "", "avx2": " -mcpu=haswell"}
+
+
+@dataclass
+class Result:
+    model: str
+    kind: str                  # "light" or "graph"
+    column: str                # e.g. "native 1t" or "avx2 opt0 2t"
+    tk_ms: float
+    ort_ms: float
+    ratio: float
+    compile_s: float
+    launches: int
+    outside_us: float | None   # executor time outside kernels per launch (1 thread only)
+    error: float
+
+
+@dataclass
+class Suite:
+    results: list[Result] = field(default_factory=list)
+
+    def columns(self) -> list[str]:
+        return list(dict.fromkeys(r.column for r in self.results))
+
+    def geomean(self, column: str, kind: str) -> float | None:
+        ratios = [r.ratio for r in self.results if r.column == column and r.kind == kind]
+        return math.exp(statistics.fmean(math.log(x) for x in ratios)) if ratios else None
 
 
 def light_model(name: str):
-    path = os.path.join(LIGHT, f"light_{name}.onnx")
-    model = onnx.load(path)
-    mod = tk.frontend.from_onnx(model)
-    (param,) = mod.main.params
-    size = int(np.prod(param.shape))
-    data = (np.arange(size).reshape(param.shape) / size).astype(np.float32)
-    expected = numpy_helper.to_array(onnx.load_tensor(os.path.join(LIGHT, f"light_{name}_output_0.pb")))
-    return model, mod, param.name, data, expected
+    model = onnx.load(os.path.join(LIGHT, f"light_{name}.onnx"))
+    (graph_input,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    shape = [d.dim_value for d in graph_input.type.tensor_type.shape.dim]
+    size = int(np.prod(shape))
+    data = (np.arange(size).reshape(shape) / size).astype(np.float32)
+    return model, {graph_input.name: data}
 
 
-def median_ms(run, repeat: int) -> float:
-    for _ in range(2):
-        run()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+def models_to_run(spec: str) -> list[tuple[str, str]]:
+    """[(name, kind)] from 'all', 'light', 'graphs' or a comma-separated list of names."""
+    chosen = []
+    for item in [s.strip() for s in spec.split(",") if s.strip()]:
+        if item in ("all", "light"):
+            chosen += [(m, "light") for m in LIGHT_MODELS]
+        if item in ("all", "graphs"):
+            chosen += [(m, "graph") for m in real_graphs.NAMES]
+        if item in LIGHT_MODELS:
+            chosen.append((item, "light"))
+        elif item in real_graphs.NAMES:
+            chosen.append((item, "graph"))
+        elif item not in ("all", "light", "graphs"):
+            raise SystemExit(f"unknown model {item!r}: light models {', '.join(LIGHT_MODELS)}; "
+                             f"graphs {', '.join(real_graphs.NAMES)}")
+    return list(dict.fromkeys(chosen))
 
 
-def bench_onnxruntime(model, input_name: str, data, threads: int, repeat: int) -> dict:
+def ort_session(model, threads: int):
     import onnxruntime as ort
-
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    start = time.perf_counter()
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
-    compile_s = time.perf_counter() - start
-    feed = {session.get_inputs()[0].name: data}
-    output = session.run(None, feed)[0]
-    return {"ms": median_ms(lambda: session.run(None, feed), repeat), "compile_s": compile_s, "output": output}
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
-def bench_tensorkiln(mod, input_name: str, data, target: str, opt_level: int, threads: int, repeat: int) -> dict:
-    target_text = f"{target} -num_threads={threads}" if target == "cpu_llvm" else target
-    lib = tk.compile(mod, target=target_text, opt_level=opt_level)
-    summary = lib.summary()
-    lib.set_input(input_name, data)
-    lib.run()
-    output = lib.get_output(0)
-    return {"ms": median_ms(lib.run, repeat), "compile_s": summary["compile_seconds"], "output": output,
-            "kernels": summary["kernel_launches"], "ops": summary["ops"],
-            "peak_mb": summary["peak_activation_bytes"] / 1e6,
-            "unplanned_mb": summary["unplanned_activation_bytes"] / 1e6}
+def interleaved(run_tk, run_ort, repeat: int) -> tuple[float, float, float]:
+    """(tk median s, ort median s, median of per-round tk/ort) over `repeat` alternating rounds."""
+    for _ in range(2):
+        run_tk()
+        run_ort()
+    tk_times, ort_times, ratios = [], [], []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        run_ort()
+        middle = time.perf_counter()
+        run_tk()
+        end = time.perf_counter()
+        ort_times.append(middle - start)
+        tk_times.append(end - middle)
+        ratios.append((end - middle) / (middle - start))
+    return statistics.median(tk_times), statistics.median(ort_times), statistics.median(ratios)
+
+
+def outside_kernels_us(lib, inputs, repeat: int) -> float:
+    """Executor time outside kernel calls per launch, in microseconds (median run - sum of step medians)."""
+    report = profile(lib, inputs, repeat=repeat)
+    kernel_seconds = sum(step.seconds for step in report.steps)
+    return 1e6 * max(0.0, report.run_seconds - kernel_seconds) / max(1, len(report.steps))
+
+
+def bench_model(name: str, kind: str, args, suite: Suite) -> None:
+    if kind == "light":
+        model, inputs = light_model(name)
+    else:
+        _, model, inputs = real_graphs.build(name)
+    sessions = {threads: ort_session(model, threads) for threads in args.threads}
+    reference = sessions[args.threads[0]].run(None, inputs)[0]
+    for isa in args.isa:
+        for level in args.opt_levels:
+            target = f"cpu_llvm{ISA_OPTIONS[isa]}"
+            start = time.perf_counter()
+            try:
+                lib = tk.compile(model, target=target, opt_level=level)
+            except TensorkilnError as error:
+                print(f"{name:20s} {isa} opt {level}: {type(error).__name__}: {str(error).splitlines()[0]}")
+                continue
+            compile_s = time.perf_counter() - start
+            output = lib.run(inputs)
+            output = output[0] if isinstance(output, list) else output
+            error = float(np.max(np.abs(np.asarray(output, dtype=np.float64) - reference)))
+            launches = lib.summary()["kernel_launches"]
+            for threads in args.threads:
+                tk.runtime.set_num_threads(threads)
+                session = sessions[threads]
+                tk_s, ort_s, ratio = interleaved(lambda: lib.run(inputs), lambda: session.run(None, inputs),
+                                                 args.repeat)
+                outside = outside_kernels_us(lib, inputs, max(5, args.repeat // 2)) if threads == 1 else None
+                level_text = "" if args.opt_levels == [3] else f" opt{level}"
+                result = Result(name, kind, f"{isa}{level_text} {threads}t", 1e3 * tk_s, 1e3 * ort_s, ratio,
+                                compile_s, launches, outside, error)
+                suite.results.append(result)
+                print_row(result)
+
+
+HEADER = (f"{'model':20s} {'column':14s} {'tk ms':>9s} {'ort ms':>9s} {'tk/ort':>7s} {'compile s':>9s} "
+          f"{'launches':>8s} {'outside us/launch':>17s} {'max|err|':>9s}")
+
+
+def print_row(r: Result) -> None:
+    outside = f"{r.outside_us:17.1f}" if r.outside_us is not None else f"{'-':>17s}"
+    print(f"{r.model:20s} {r.column:14s} {r.tk_ms:9.2f} {r.ort_ms:9.2f} {r.ratio:7.2f} {r.compile_s:9.2f} "
+          f"{r.launches:8d} {outside} {r.error:9.2e}", flush=True)
+
+
+def environment_line(args) -> str:
+    import onnxruntime as ort
+    blas = ""
+    try:
+        from threadpoolctl import threadpool_info
+        blas = ", ".join(f"{i.get('internal_api')} {i.get('architecture', '')}".strip() for i in threadpool_info()
+                         if i.get("user_api") == "blas")
+    except ImportError:
+        pass
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return (f"tensorkiln {tk.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__} ({blas}); "
+            f"{os.cpu_count()} cores, load {load:.1f}; host CPU {tk.target('cpu_llvm').capabilities.vector_width_bits}-bit "
+            f"vectors; median of {args.repeat} alternating runs, batch 1")
+
+
+def markdown(suite: Suite, env: str) -> str:
+    columns = suite.columns()
+    lines = [f"# tensorkiln cpu_llvm vs onnxruntime (latency ratio, lower is better)", "", env, "",
+             "| model | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
+    models = list(dict.fromkeys((r.model, r.kind) for r in suite.results))
+    for model, _ in models:
+        cells = []
+        for column in columns:
+            match = [r for r in suite.results if r.model == model and r.column == column]
+            cells.append(f"{match[0].ratio:.2f} ({match[0].tk_ms:.2f} / {match[0].ort_ms:.2f} ms)" if match else "-")
+        lines.append(f"| {model} | " + " | ".join(cells) + " |")
+    for kind, label in (("light", "geomean, light models"), ("graph", "geomean, real-world graphs")):
+        means = [suite.geomean(c, kind) for c in columns]
+        if any(m is not None for m in means):
+            lines.append(f"| **{label}** | " + " | ".join(f"**{m:.2f}**" if m else "-" for m in means) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def bar_chart(suite: Suite, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    columns = suite.columns()
+    models = list(dict.fromkeys(r.model for r in suite.results))
+    width = 0.8 / max(1, len(columns))
+    figure, axes = plt.subplots(figsize=(max(8, 0.9 * len(models) * max(1, len(columns)) / 2), 4.5))
+    for k, column in enumerate(columns):
+        ratios = [next((r.ratio for r in suite.results if r.model == m and r.column == column), 0.0) for m in models]
+        axes.bar(np.arange(len(models)) + k * width, ratios, width, label=column)
+    axes.axhline(1.0, color="black", linewidth=0.8)
+    axes.set_xticks(np.arange(len(models)) + width * (len(columns) - 1) / 2, models, rotation=40, ha="right")
+    axes.set_ylabel("tensorkiln / onnxruntime latency")
+    axes.set_title("cpu_llvm vs onnxruntime, same run (lower is better)")
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(DEFAULT_MODELS),
-                        help="comma-separated light model names (resnet50, squeezenet, densenet121, vgg19, ...)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1,
-                        help="threads for both tensorkiln and onnxruntime (default: all cores)")
-    parser.add_argument("--repeat", type=int, default=20, help="timed runs per configuration (median)")
-    parser.add_argument("--targets", default="cpu_llvm", help="cpu_llvm, optionally followed by opencl")
-    parser.add_argument("--opt-levels", default=f"0,{MAX_OPT_LEVEL}", help="tensorkiln opt levels for cpu_llvm")
+    parser.add_argument("--models", default="all", help="all, light, graphs, or comma-separated names")
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
+    parser.add_argument("--isa", default="native,avx2", help="columns: native and/or avx2 (-mcpu=haswell)")
+    parser.add_argument("--opt-levels", default="3", help="tensorkiln opt levels (default 3)")
+    parser.add_argument("--repeat", type=int, default=15, help="alternating timed rounds per configuration")
+    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
+                        help="folder for models.md and models.png")
+    parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
     args = parser.parse_args(argv)
-    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
-    opt_levels = [int(level) for level in args.opt_levels.split(",")]
-    if "cpu_llvm" not in targets:
-        targets.insert(0, "cpu_llvm")
-    tk.runtime.set_num_threads(args.threads)
+    args.threads = [int(t) for t in args.threads.split(",")]
+    args.isa = [i.strip() for i in args.isa.split(",") if i.strip()]
+    args.opt_levels = [int(level) for level in args.opt_levels.split(",")]
+    unknown = [i for i in args.isa if i not in ISA_OPTIONS]
+    if unknown:
+        raise SystemExit(f"unknown --isa {unknown}: choose from {', '.join(ISA_OPTIONS)}")
 
-    import onnxruntime as ort
-    print(f"tensorkiln {tk.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__}; "
-          f"{os.cpu_count()} cores, {args.threads} threads; median of {args.repeat} runs, batch 1")
-    header = (f"{'model':12s} {'config':24s} {'ms':>9s} {'/ort':>6s} {'/llvm':>6s} {'compile s':>9s} "
-              f"{'kernels/ops':>11s} {'act MB':>7s} {'no-reuse MB':>11s} {'max|err|':>9s}")
-    print(header)
-    print("-" * len(header))
-    worst = 0.0
-
-    def row(name: str, config: str, r: dict, ref: dict) -> None:
-        error = float(np.max(np.abs(r["output"] - ref["output"])))
-        kernels = f"{r['kernels']}/{r['ops']}" if "kernels" in r else "-"
-        peak = f"{r['peak_mb']:7.2f}" if "peak_mb" in r else f"{'-':>7s}"
-        unplanned = f"{r['unplanned_mb']:11.2f}" if "unplanned_mb" in r else f"{'-':>11s}"
-        vs_llvm = f"{r['vs_llvm']:6.2f}" if "vs_llvm" in r else f"{'-':>6s}"
-        print(f"{name:12s} {config:24s} {r['ms']:9.2f} {r['ms'] / ref['ms']:6.2f} {vs_llvm} "
-              f"{r['compile_s']:9.2f} {kernels:>11s} {peak} {unplanned} {error:9.2e}", flush=True)
-
-    for name in [m.strip() for m in args.models.split(",") if m.strip()]:
-        model, mod, input_name, data, expected = light_model(name)
-        ref = bench_onnxruntime(model, input_name, data, args.threads, args.repeat)
-        row(name, "onnxruntime", ref, ref)
-        llvm_ms: dict[int, float] = {}
-        for target in targets:
-            levels = opt_levels if target == "cpu_llvm" else [MAX_OPT_LEVEL]
-            for level in levels:
-                try:
-                    result = bench_tensorkiln(mod, input_name, data, target, level, args.threads, args.repeat)
-                except TensorkilnError as error:
-                    print(f"{name:12s} {target} opt {level}: {type(error).__name__}: {str(error).splitlines()[0]}")
-                    continue
-                if target == "cpu_llvm":
-                    llvm_ms[level] = result["ms"]
-                elif level in llvm_ms:
-                    result["vs_llvm"] = result["ms"] / llvm_ms[level]
-                worst = max(worst, float(np.max(np.abs(result["output"] - expected))))
-                row(name, f"tk {target} opt {level}", result, ref)
-    print(f"largest tensorkiln error vs the stored outputs: {worst:.2e}")
+    env = environment_line(args)
+    print(env)
+    print(HEADER)
+    print("-" * len(HEADER))
+    suite = Suite()
+    start = time.perf_counter()
+    for name, kind in models_to_run(args.models):
+        bench_model(name, kind, args, suite)
+    print()
+    for column in suite.columns():
+        for kind, label in (("light", "light models"), ("graph", "real-world graphs")):
+            mean = suite.geomean(column, kind)
+            if mean is not None:
+                print(f"geomean tk/ort {column:14s} {label:18s} {mean:.2f}")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "models.md"), "w") as handle:
+        handle.write(markdown(suite, env))
+    if not args.no_plot and suite.results:
+        bar_chart(suite, os.path.join(args.out, "models.png"))
+    print(f"wrote {args.out}/models.md{'' if args.no_plot else ' and models.png'} "
+          f"({time.perf_counter() - start:.0f} s)")
     return 0
 
 
