@@ -206,7 +206,8 @@ def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | C
     `strategy`: "model" (cost-model guided, default), "evolutionary", "optuna", "anneal", "random",
     "grid", or a callable (space, seed) -> Tuner. `db`: a `tune.Database` that gets every record
     and warm-starts the cost model. `measurer`: a `LocalMeasurer` (default) or a
-    `tune.distributed.DaskMeasurer`. `time_budget`: seconds after which no new batch starts.
+    `tune.distributed.DaskMeasurer`. `time_budget`: seconds for the whole session; no batch starts
+    that would end after 90 % of it (the last 10 % are for the final re-measurement).
     Each task's `best()` is its fastest valid result afterwards.
     """
     tasks = [tasks] if isinstance(tasks, Task) else list(tasks)
@@ -230,9 +231,13 @@ def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | C
             if on_batch is not None:
                 on_batch(state, result)
         scheduler = GradientScheduler([s.progress for s in states])
+        last_batch = 0.0
         while used < trials:
-            if time_budget is not None and time.perf_counter() - start > time_budget:
+            # the budget covers the whole session: no batch that would end past 90 % of it (the rest is
+            # for the final re-measurement)
+            if time_budget is not None and time.perf_counter() - start + last_batch > 0.9 * time_budget:
                 break
+            batch_start = time.perf_counter()
             index = scheduler.next_task()
             if index is None:
                 break
@@ -242,6 +247,7 @@ def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | C
                 state.progress.done = True
                 continue
             _measure(state, configs, measurer, db, start)
+            last_batch = time.perf_counter() - batch_start
             used += len(configs)
             if on_batch is not None:
                 on_batch(state, result)
