@@ -56,10 +56,11 @@ LIGHT_MODELS = __import__("os").path.join(__import__("os").path.dirname(onnx.__f
                                           "light")
 
 
-def light_model_with_random_weights(name: str, seed: int = 0) -> onnx.ModelProto:
+def light_model_with_random_weights(name: str, seed: int = 0, logits: bool = True) -> onnx.ModelProto:
     """onnx's light_<name> model (every weight a ConstantOfShape of 0.02, so every class scores the same)
-    with seeded random weights instead: He-scaled conv / Gemm weights, batch norms near identity, small
-    biases. The architecture and shapes are the model zoo's; the logits then differ per input."""
+    with seeded random weights instead: He-scaled conv / Gemm weights, batch norms that shrink (scale
+    0.3-0.6, so that residual sums do not grow by 2x per block), small biases. The architecture and
+    shapes are the model zoo's; with `logits` the final Softmax is dropped, so the output is the logits."""
     import os
 
     model = onnx.load(os.path.join(LIGHT_MODELS, f"light_{name}.onnx"))
@@ -86,8 +87,10 @@ def light_model_with_random_weights(name: str, seed: int = 0) -> onnx.ModelProto
         fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
         if kind in ("conv", "gemm"):
             value = rng.standard_normal(shape) * np.sqrt(2.0 / fan_in)
+            if kind == "gemm":   # zero-sum rows: the mean of the (positive, pooled) features moves no logit
+                value -= value.mean(axis=1, keepdims=True)
         elif kind == "bn_scale":
-            value = rng.uniform(0.5, 1.5, shape)
+            value = rng.uniform(0.3, 0.6, shape)
         elif kind == "bn_var":
             value = rng.uniform(0.5, 1.5, shape)
         elif kind == "bn_mean":
@@ -95,6 +98,8 @@ def light_model_with_random_weights(name: str, seed: int = 0) -> onnx.ModelProto
         else:
             value = rng.standard_normal(shape) * 0.1
         inits.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+    if logits and nodes[-1].op_type == "Softmax" and nodes[-1].output[0] == model.graph.output[0].name:
+        model.graph.output[0].name = nodes.pop().input[0]
     del model.graph.node[:]
     model.graph.node.extend(nodes)
     del model.graph.initializer[:]

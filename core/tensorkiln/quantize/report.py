@@ -46,6 +46,7 @@ class PrecisionResult:
     cosine_mean: float
     cosine_min: float
     max_abs_error: float
+    centered_cosine_mean: float
 
 
 @dataclass
@@ -64,11 +65,12 @@ class PrecisionReport:
         reference = self.results.get("float32")
         lines = [f"precision report on {self.target}, {self.samples} held-out inputs",
                  f"{'precision':<10} {'latency ms':>10} {'vs fp32':>8} {'top-1':>7} {'cos mean':>9} {'cos min':>9} "
-                 f"{'max |err|':>10}"]
+                 f"{'max |err|':>10} {'centered cos':>12}"]
         for name, r in self.results.items():
             ratio = r.latency_ms / reference.latency_ms if reference and reference.latency_ms else float("nan")
             lines.append(f"{name:<10} {r.latency_ms:10.2f} {ratio:7.2f}x {100 * r.top1_agreement:6.1f}% "
-                         f"{r.cosine_mean:9.5f} {r.cosine_min:9.5f} {r.max_abs_error:10.4g}")
+                         f"{r.cosine_mean:9.5f} {r.cosine_min:9.5f} {r.max_abs_error:10.4g} "
+                         f"{r.centered_cosine_mean:12.5f}")
         if self.layers:
             lines.append(f"int8 layers ({len(self.layers)}): worst cosine first")
             for layer in sorted(self.layers, key=lambda l: l.cosine)[:10]:
@@ -86,12 +88,20 @@ def cosine(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def compare_outputs(reference: Sequence[np.ndarray], candidate: Sequence[np.ndarray]) -> dict[str, float]:
-    """Top-1 agreement (argmax over the last axis), cosine (mean, min) and max |error| of paired outputs."""
+    """Top-1 agreement (argmax over the last axis), cosine (mean, min) and max |error| of paired outputs,
+    and the cosine of their input-dependent parts: both minus the reference's mean over the samples.
+
+    The centered cosine matters for models whose outputs are mostly the same for every input (a
+    classifier with random weights on random inputs): the plain cosine is then close to 1 whatever
+    the precision does to the part that depends on the input."""
     agree = [np.array_equal(np.argmax(r, axis=-1), np.argmax(c, axis=-1)) for r, c in zip(reference, candidate)]
     cosines = [cosine(r, c) for r, c in zip(reference, candidate)]
     errors = [float(np.max(np.abs(np.asarray(r, np.float64) - c))) for r, c in zip(reference, candidate)]
+    mean = np.mean([np.asarray(r, np.float64) for r in reference], axis=0)
+    centered = [cosine(r - mean, c - mean) for r, c in zip(reference, candidate)] if len(reference) > 1 else [1.0]
     return {"top1_agreement": float(np.mean(agree)), "cosine_mean": float(np.mean(cosines)),
-            "cosine_min": float(np.min(cosines)), "max_abs_error": float(np.max(errors))}
+            "cosine_min": float(np.min(cosines)), "max_abs_error": float(np.max(errors)),
+            "centered_cosine_mean": float(np.mean(centered))}
 
 
 def _latency_ms(lib, feeds, repeat: int) -> float:
