@@ -131,3 +131,20 @@ def test_deform_conv_with_groups_mask_bias_and_strides():
     node = helper.make_node("DeformConv", ["x", "w", "offset", "b", "mask"], ["y"], group=2, offset_group=2,
                             pads=[1, 0, 1, 1], strides=[2, 1], dilations=[1, 2], kernel_shape=[2, 3])
     _check_against_onnxruntime(node, {"x": x, "w": w, "offset": offset, "b": bias, "mask": mask}, opset=22, atol=1e-4)
+
+
+def test_stft_matches_numpy_frames():
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(9)
+    signal = rng.standard_normal((2, 40, 1)).astype("float32")
+    window = np.hanning(16).astype("float32")
+    inits = [helper.make_tensor("step", TensorProto.INT64, [], [6])]
+    node = helper.make_node("STFT", ["x", "step", "w"], ["y"])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, signal.shape),
+                                            helper.make_tensor_value_info("w", TensorProto.FLOAT, window.shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    got = tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run({"x": signal, "w": window})[0]
+    frames = np.stack([signal[:, s:s + 16, 0] * window for s in range(0, 40 - 16 + 1, 6)], axis=1)
+    spectrum = np.fft.rfft(frames, axis=-1)
+    np.testing.assert_allclose(got, np.stack([spectrum.real, spectrum.imag], axis=-1), rtol=1e-4, atol=1e-5)

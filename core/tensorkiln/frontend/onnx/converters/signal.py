@@ -1,4 +1,4 @@
-"""DFT as matrix products: the transform along one axis is x @ (cos - i sin) with constant matrices
+"""DFT and STFT as matrix products: the transform along one axis is x @ (cos - i sin) with constant matrices
 (O(n^2) per transform, fine for the short axes of audio frames; no FFT kernel exists yet). Real and
 imaginary parts travel as ONNX's trailing axis of size 1 or 2."""
 from __future__ import annotations
@@ -53,10 +53,16 @@ def _dft(node: OnnxNode) -> Expr:
     if axis == rank - 1:
         raise ShapeError(f"ONNX node {node.name!r} (DFT): axis {axis} is the real/imaginary axis")
     inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
-    size = x.shape[axis]
     length = None if node.input(1) is None else int(node.const(1, "dft_length").reshape(-1)[0])
     if length is None:
-        length = 2 * (size - 1) if inverse and onesided else size
+        length = 2 * (x.shape[axis] - 1) if inverse and onesided else x.shape[axis]
+    return _transform(node, x, axis, length, inverse, onesided)
+
+
+def _transform(node: OnnxNode, x: Expr, axis: int, length: int, inverse: bool, onesided: bool) -> Expr:
+    """The DFT of x (..., 1 or 2) along `axis` with dft_length `length`, as ONNX's DFT."""
+    rank = len(x.shape)
+    size = x.shape[axis]
     columns = length // 2 + 1 if onesided and not inverse else length
     real = _part(node, x, 0)
     imag = _part(node, x, 1) if x.shape[-1] == 2 else None
@@ -82,3 +88,26 @@ def _dft(node: OnnxNode) -> Expr:
         parts = [node.call("transpose", p, axes=back) for p in parts]
     parts = [node.call("expand_dims", p, axis=rank - 1) for p in parts]
     return parts[0] if len(parts) == 1 else node.call("concatenate", *parts, axis=rank - 1)
+
+
+@converter("STFT")
+def _stft(node: OnnxNode) -> Expr:
+    """Frames (a constant gather along time), times the window, then the DFT of each frame."""
+    signal = node.required(0)
+    step = int(node.const(1, "frame_step").reshape(-1)[0])
+    window = node.input(2)
+    if node.input(3) is not None:
+        length = int(node.const(3, "frame_length").reshape(-1)[0])
+    elif window is not None:
+        length = window.shape[0]
+    else:
+        raise ShapeError(f"ONNX node {node.name!r} (STFT): give a window or a frame_length")
+    frames = (signal.shape[1] - length) // step + 1
+    if frames < 1 or step < 1:
+        raise ShapeError(f"ONNX node {node.name!r} (STFT): a signal of {signal.shape[1]} samples holds no frame of "
+                         f"{length} samples at step {step}")
+    positions = np.arange(frames)[:, None] * step + np.arange(length)[None, :]
+    framed = node.call("take", signal, Constant(positions.astype(np.int64)), axis=1)   # (batch, frames, length, c)
+    if window is not None:
+        framed = node.call("multiply", framed, node.call("reshape", window, newshape=(length, 1)))
+    return _transform(node, framed, 2, length, False, bool(node.attr("onesided", 1)))
