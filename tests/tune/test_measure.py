@@ -2,6 +2,8 @@
 early stops, duplicate binaries. Small GEMMs, few trials (the runner's child process is shared)."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,41 @@ def test_tuning_never_returns_something_slower_than_the_default(task, measurer):
     used = lib.summary()["strategies"]["fused_nn_matmul"]
     assert used["tuning_record"]["config"] == best.config == used["config"]
     np.testing.assert_allclose(lib.run([a, b])[0], a @ b, rtol=1e-4, atol=1e-4)
+
+
+class _ScriptedMeasurer:
+    """Builds nothing and answers runs from a table: what the search measured first (lucky or not),
+    then each config's true time on re-measuring."""
+
+    def __init__(self, first: dict, true: dict) -> None:
+        self.first, self.true, self.runs = first, true, {}
+
+    def build(self, task, configs):
+        from tensorkiln.tune.measure import Built
+        from tensorkiln.tune.record import MeasureResult
+        return [Built(MeasureResult(dict(c), digest=str(sorted(c.items()))), artifact=object()) for c in configs]
+
+    def run(self, task, built, inputs, reference, best):
+        key = built.result.digest
+        count = self.runs[key] = self.runs.get(key, 0) + 1
+        cost = self.first[key] if count == 1 else self.true[key]
+        return {"status": OK, "cost": cost, "costs": (cost,), "outputs": [np.zeros(1)]}
+
+
+def test_a_lucky_first_measurement_never_makes_the_result_slower_than_the_default(task):
+    """Candidate a measured 0.5 once but truly takes 1.2 (the default takes 1.0); b truly 0.8."""
+    configs = [c for c in task.space if c != task.space.default_config()][:3]
+    default, a, b, c = (str(sorted(x.items())) for x in [task.space.default_config(), *configs])
+    measurer = _ScriptedMeasurer(first={default: 1.0, a: 0.5, b: 0.9, c: 3.0},
+                                 true={default: 1.0, a: 1.2, b: 0.8, c: 3.0})
+    db = tune.Database(":memory:")
+
+    class Scripted(GridTuner):
+        def _propose(self, n):
+            return [self.to_point(x) for x in configs][:n]
+
+    tune.tune(task, trials=4, strategy=lambda space, seed: Scripted(space), db=db, measurer=measurer)
+    by_config = {str(sorted(r.config.items())): r for r in task.results}
+    assert by_config[a].status == "slower_on_recheck" and by_config[a].cost == 1.2
+    assert task.best().config == configs[1] and task.best().cost == 0.8
+    assert json.loads(db.best(task.identity())["config"]) == configs[1]   # the database agrees

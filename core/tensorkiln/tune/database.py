@@ -102,6 +102,13 @@ class Database:
                "error": result.error, "features": json.dumps(result.features), "created": time.time()}
         return self._insert(row)
 
+    def update(self, record_id: int, result: MeasureResult) -> None:
+        """Store a re-measured result's cost, costs, status and error (the final re-measurement)."""
+        self._db.execute("UPDATE records SET status = ?, cost = ?, costs = ?, error = ? WHERE id = ?",
+                         [result.status, result.cost if result.valid else None, json.dumps(list(result.costs)),
+                          result.error, record_id])
+        self._db.commit()
+
     def _insert(self, row: dict) -> int:
         missing = [c for c in _COLUMNS if c not in row]
         if missing:

@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 __all__ = ["MeasureResult", "OK", "INVALID", "BUILD_ERROR", "RUN_ERROR", "TIMEOUT", "WRONG_OUTPUT",
-           "STOPPED_EARLY", "DUPLICATE"]
+           "STOPPED_EARLY", "DUPLICATE", "SLOWER_ON_RECHECK", "UNCONFIRMED"]
 
 OK = "ok"
 INVALID = "invalid"              # the config is outside the space or a schedule primitive refused it
@@ -22,6 +22,8 @@ TIMEOUT = "timeout"              # the run did not finish in time (its child pro
 WRONG_OUTPUT = "wrong_output"    # its output differs from the analytic default's
 STOPPED_EARLY = "stopped_early"  # its first run was slower than 3x the best so far
 DUPLICATE = "duplicate"          # the same binary as an earlier trial: its cost, not measured again
+SLOWER_ON_RECHECK = "slower_on_recheck"   # not faster than the default when both were measured again
+UNCONFIRMED = "unconfirmed"      # looked fastest but was not measured again beside the default
 
 
 @dataclass
@@ -37,6 +39,7 @@ class MeasureResult:
     build_seconds: float = 0.0
     run_seconds: float = 0.0
     trial: int = -1                    # position in the task's tuning history
+    record_id: int | None = None       # its row in the tuning database, when stored
 
     @property
     def valid(self) -> bool:

@@ -20,7 +20,7 @@ from typing import Callable, Sequence
 from ..ir.errors import TensorkilnError
 from .features import knob_features
 from .measure import LocalMeasurer, MeasureOptions
-from .record import DUPLICATE, OK, MeasureResult
+from .record import DUPLICATE, OK, SLOWER_ON_RECHECK, UNCONFIRMED, MeasureResult
 from .scheduler import GradientScheduler, TaskProgress
 from .task import Task
 from .tuners import Tuner, make_tuner
@@ -126,7 +126,7 @@ def _record(state: TaskState, result: MeasureResult, db, start: float) -> None:
     state.progress.best_by_trial.append(best.cost if best is not None else math.inf)
     state.curve.append((result.trial, time.perf_counter() - start, state.progress.best))
     if db is not None:
-        db.add(state.identity, result, workload_text(state.task.function))
+        result.record_id = db.add(state.identity, result, workload_text(state.task.function))
 
 
 def _measure(state: TaskState, configs: Sequence[dict], measurer, db, start: float) -> None:
@@ -162,39 +162,62 @@ def _start(state: TaskState, measurer, db, start: float) -> None:
         state.progress.done = True
 
 
-def _confirm(state: TaskState, measurer, top: int = 3, rounds: int = 2) -> None:
-    """Validate and pick: the `top` fastest distinct binaries and the default are measured again,
-    alternately (the same moments, the same load), and each keeps its fastest time. A candidate
-    that is not faster than the default then is marked so, and `best()` never returns something
-    slower than the default."""
+def _confirm(state: TaskState, measurer, db, top: int = 3, rounds: int = 2, passes: int = 3) -> None:
+    """Validate and pick: the `top` fastest binaries not yet re-measured and the default are measured
+    again, alternately (the same moments, the same load), and each keeps its fastest time; repeated
+    while an unchecked candidate still looks faster than every checked one. A candidate not faster
+    than the default then is SLOWER_ON_RECHECK; one never checked that still looks fastest is
+    UNCONFIRMED. So `best()` (and the database's best) is the default or a candidate that beat it
+    side by side."""
     default = state.default
     if default is None or not default.valid:
         return
-    ranked, seen = [], {default.digest}
-    for result in sorted((r for r in state.results if r.status == OK), key=lambda r: r.cost):
-        if result.digest not in seen:
-            seen.add(result.digest)
-            ranked.append(result)
-        if len(ranked) == top:
+    checked = {default.digest}
+    for _ in range(passes):
+        fastest_checked = min(r.cost for r in state.results if r.valid and r.digest in checked)
+        ranked, seen = [], set(checked)
+        for result in sorted((r for r in state.results if r.status == OK and r.cost < fastest_checked),
+                             key=lambda r: r.cost):
+            if result.digest not in seen:
+                seen.add(result.digest)
+                ranked.append(result)
+            if len(ranked) == top:
+                break
+        if not ranked:
             break
-    if not ranked:
-        return
-    contenders = [default, *ranked]
+        _remeasure(state, measurer, [default, *ranked], rounds)
+        checked |= {r.digest for r in ranked}
+    fastest_checked = min(r.cost for r in state.results if r.valid and r.digest in checked)
+    for result in state.results:
+        if result.valid and result.digest not in checked and result.cost < fastest_checked:
+            result.status, result.error = UNCONFIRMED, "looked fastest but was not measured again beside the default"
+    if db is not None:   # the database's best is then tune()'s best
+        for result in state.results:
+            if result.record_id is not None:
+                db.update(result.record_id, result)
+
+
+def _remeasure(state: TaskState, measurer, contenders: list[MeasureResult], rounds: int) -> None:
+    default = contenders[0]
     built = measurer.build(state.task, [r.config for r in contenders])
-    times = {r.trial: [r.cost] for r in contenders}
+    # only times measured side by side count: an earlier time was taken under another load
+    times = {r.trial: [] for r in contenders}
     for _ in range(rounds):
         for result, candidate in zip(contenders, built):
-            if candidate.artifact is None:
+            if candidate.artifact is not None:
+                answer = measurer.run(state.task, candidate, state.inputs, state.reference, None)
+                if answer.get("status") == OK:
+                    times[result.trial].append(answer["cost"])
+    default_cost = min(times[default.trial], default=default.cost)
+    for contender in contenders:
+        cost = min(times[contender.trial], default=contender.cost)
+        for result in state.results:   # the contender and its duplicates (same binary)
+            if result.digest != contender.digest or not result.valid:
                 continue
-            answer = measurer.run(state.task, candidate, state.inputs, state.reference, None)
-            if answer.get("status") == OK:
-                times[result.trial].append(answer["cost"])
-    for result in contenders:
-        result.cost = min(times[result.trial])
-    for result in ranked:
-        if result.cost >= default.cost:
-            result.status = "slower_on_recheck"
-            result.error = f"{result.cost * 1e3:.4f} ms on re-measuring, the default {default.cost * 1e3:.4f} ms"
+            result.cost = cost
+            if contender is not default and cost >= default_cost:
+                result.status = SLOWER_ON_RECHECK
+                result.error = f"{cost * 1e3:.4f} ms on re-measuring, the default {default_cost * 1e3:.4f} ms"
 
 
 def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | Callable" = "model", db=None,
@@ -253,7 +276,7 @@ def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | C
                 on_batch(state, result)
         if confirm:
             for state in states:
-                _confirm(state, measurer)
+                _confirm(state, measurer, db)
     finally:
         if own:
             measurer.close()
