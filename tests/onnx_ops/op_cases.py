@@ -6,6 +6,7 @@ import numpy as np
 
 from tensorkiln.graph.ops.bitcast import BitcastAttrs
 from tensorkiln.graph.ops.col2im import Col2ImAttrs, block_counts
+from tensorkiln.graph.ops.ngram import NgramAttrs
 from tensorkiln.graph.ops.sampling import GridSampleAttrs
 from tensorkiln.graph.ops.scatter import ScatterElementsAttrs, ScatterNDAttrs
 from tensorkiln.graph.ops.tensor import CumsumAttrs
@@ -66,5 +67,12 @@ def _col2im(rng, size):
     return out
 
 
-CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "col2im": _col2im, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
+def _ngram_counts(rng, size):
+    tokens = rng.integers(0, 4, (3, 12) if size == "tiny" else (64, 256)).astype("int32")
+    pool = np.array([[1, 0, 0], [2, 3, 0], [3, 3, 1], [0, 1, 2], [2, 2, 2]], dtype=np.int64)
+    lengths = np.array([1, 2, 3, 3, 0], dtype=np.int64)
+    return [_case([tokens, pool, lengths], NgramAttrs(max_skip=skip), label=f"skip {skip}") for skip in (0, 2)]
+
+
+CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "col2im": _col2im, "ngram_counts": _ngram_counts, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
          "scatter_nd": _scatter_nd}

@@ -148,3 +148,13 @@ def test_stft_matches_numpy_frames():
     frames = np.stack([signal[:, s:s + 16, 0] * window for s in range(0, 40 - 16 + 1, 6)], axis=1)
     spectrum = np.fft.rfft(frames, axis=-1)
     np.testing.assert_allclose(got, np.stack([spectrum.real, spectrum.imag], axis=-1), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["TF", "IDF", "TFIDF"])
+def test_tfidf_vectorizer(mode):
+    from onnx import helper
+    tokens = np.random.default_rng(10).integers(0, 5, (2, 9)).astype("int64")
+    node = helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode=mode, min_gram_length=1, max_gram_length=2,
+                            max_skip_count=2, ngram_counts=[0, 3], ngram_indexes=[4, 0, 2, 1, 6],
+                            pool_int64s=[1, 3, 4, 1, 2, 0, 0], weights=[0.5, 2.0, 1.5, 3.0, 0.25])
+    _check_against_onnxruntime(node, {"x": tokens})

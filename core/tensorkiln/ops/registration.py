@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Callable
 
 from ..graph import registry
-from . import bitcast, broadcast, col2im, elementwise, image, reduction, sampling, scan, scatter, sort, transform
+from . import bitcast, broadcast, col2im, elementwise, image, ngram, reduction, sampling, scan, scatter, sort, transform
 from .nn import conv2d, dense, norm, pooling, softmax
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
@@ -47,7 +47,7 @@ def _computes() -> dict[str, Callable]:
         "nn.batch_norm": norm.batch_norm, "nn.layer_norm": norm.layer_norm, "nn.lrn": norm.lrn,
         "image.resize": image.resize, "image.grid_sample": sampling.grid_sample,
         "scatter_elements": scatter.scatter_elements, "scatter_nd": scatter.scatter_nd, "bitcast": bitcast.bitcast,
-        "col2im": col2im.col2im,
+        "col2im": col2im.col2im, "ngram_counts": ngram.ngram_counts,
     })
     return table
 

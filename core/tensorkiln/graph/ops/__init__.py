@@ -1,4 +1,4 @@
 """Built-in graph ops; importing this package registers them all."""
 from . import elementwise, image, layout, nn, reduce, tensor  # noqa: F401
-from . import bitcast, col2im, cumulative, sampling, scatter  # noqa: F401,E402  (ONNX operator coverage, issue 18)
+from . import bitcast, col2im, cumulative, ngram, sampling, scatter  # noqa: F401,E402  (ONNX operator coverage, issue 18)
 from . import control_flow  # noqa: F401,E402  (if, loop, scan)

@@ -1,11 +1,11 @@
-"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast, Col2Im, Det."""
+"""Converters for ONNX ops of no larger family: CumProd, ScatterElements (and Scatter), ScatterND, LpPool, BitCast, Col2Im, Det, TfIdfVectorizer."""
 from __future__ import annotations
 
 import dataclasses
 
 import numpy as np
 
-from ....graph.expr import Expr
+from ....graph.expr import Constant, Expr
 from ..node import OnnxNode
 from ._registry import converter
 from ._util import onnx_dtype, scalar
@@ -97,3 +97,39 @@ def _det(node: OnnxNode) -> Expr:
                 minors[columns] = total
         return minors[columns]
     return minor(tuple(range(n)))
+
+
+@converter("TfIdfVectorizer")
+def _tfidf_vectorizer(node: OnnxNode) -> Expr:
+    """Count the pool's n-grams (graph op ngram_counts), place each count at its output index, weight."""
+    tokens = node.required(0)
+    if node.attr("pool_strings") is not None:
+        raise node.unsupported("string pools (pool_strings): tensorkiln has no string tensors")
+    pool = list(node.attr("pool_int64s", []))
+    starts = list(node.attr("ngram_counts", [])) + [len(pool)]
+    low, high = node.attr("min_gram_length", 1), node.attr("max_gram_length", 1)
+    grams, lengths = [], []
+    for size, (begin, end) in enumerate(zip(starts[:-1], starts[1:]), start=1):
+        for offset in range(begin, end, size):
+            grams.append(pool[offset:offset + size] + [0] * (high - size))
+            lengths.append(size if low <= size <= high else 0)   # length 0 never matches: outside the range
+    indexes = list(node.attr("ngram_indexes", []))
+    width = max(indexes) + 1 if indexes else 0
+    counts = node.call("ngram_counts", tokens, Constant(np.array(grams, dtype=np.int64).reshape(len(grams), high)),
+                       Constant(np.array(lengths, dtype=np.int64)), max_skip=int(node.attr("max_skip_count", 0)))
+    # output j reads pool n-gram source[j], or a zero column appended at the end
+    source = np.full(width, len(grams), dtype=np.int64)
+    source[np.array(indexes, dtype=np.int64)] = np.arange(len(indexes))
+    zero = node.call("broadcast_to", scalar(0.0, "float32"), shape=(*counts.shape[:-1], 1))
+    counts = node.call("take", node.call("concatenate", counts, zero, axis=len(counts.shape) - 1), Constant(source),
+                       axis=len(counts.shape) - 1)
+    weights = node.attr("weights")
+    mode = node.attr("mode", "TF")
+    if mode == "TF" or (weights is None and mode == "TFIDF"):
+        return counts
+    weight = np.zeros(width, dtype=np.float32)
+    weight[np.array(indexes, dtype=np.int64)] = weights if weights is not None else 1.0
+    if mode == "IDF":
+        return node.call("where", node.call("greater", counts, scalar(0.0, "float32")), Constant(weight),
+                         scalar(0.0, "float32"))
+    return node.call("multiply", counts, Constant(weight))
