@@ -9,6 +9,8 @@ epilogue is computed in the anchor's loop body, as an HLS design would chain it)
   since its operands arrive through one m_axi port each.
 - an NHWC convolution reads its input through a line buffer (`line_buffer`): the rows of
   one output row's receptive field, copied into a local array at the output-row loop.
+- a reduction with an epilogue (conv + bias + relu) runs as a dataflow of two processes, the
+  reduction streaming each finished output to the epilogue (`stream_epilogue`).
 These are tuning knobs, so the tuner can search them with the estimator (estimate.py) as
 the cost (the C-simulation device's time_function returns the estimated FPGA time).
 """
@@ -26,7 +28,7 @@ UNROLL_FACTORS = (1, 2, 4, 8)
 
 def _space(workload, target) -> TuningSpace:
     return TuningSpace((Knob("reuse_factor", REUSE_FACTORS, default=1), Knob("unroll", UNROLL_FACTORS, default=1),
-                        Knob("line_buffer", (0, 1), default=1)))
+                        Knob("line_buffer", (0, 1), default=1), Knob("stream_epilogue", (0, 1), default=1)))
 
 
 def _extent(iv) -> int | None:
@@ -46,6 +48,27 @@ def _line_buffer(s: te.Schedule) -> None:
         s[rows].compute_at(stage, stage.op.axis[1])
 
 
+def _stream_epilogue(s: te.Schedule) -> bool:
+    """A reduction followed by its epilogue (conv -> relu) becomes two dataflow processes joined by a
+    FIFO: the reduction accumulates each output in a register (cache_write, computed at the
+    innermost data loop) and writes it once, in order, into the stream the epilogue reads.
+    Returns whether it applied (one reduction stage feeding one root epilogue stage)."""
+    roots = [st for st in s.stages if st.attach_type == "root"]
+    if len(roots) != 2 or not isinstance(roots[0].op.body, te.Reduce) or roots[0].is_output:
+        return False
+    anchor = roots[0]
+    if not all(isinstance(_extent(iv), int) for iv in anchor.op.axis):
+        return False
+    accumulator = s.cache_write(anchor.op.output(0), "local")
+    s[accumulator].compute_at(anchor, anchor.op.axis[-1])
+    anchor.stream(2)
+    s.dataflow()
+    if anchor.op.tag == tags.CONV2D_NHWC:   # the line buffer then belongs to the output-row loop
+        rows = s.cache_read(s[accumulator].op.input_tensors[0], "local", [s[accumulator]])
+        s[rows].compute_at(anchor, anchor.op.axis[1])
+    return True
+
+
 def schedule_pipelined(outputs, target, config) -> te.Schedule:
     """The naive schedule with the innermost loop of each root stage pipelined (see module docstring).
 
@@ -60,7 +83,8 @@ def schedule_pipelined(outputs, target, config) -> te.Schedule:
 
 def _pipelined(outputs, target, config, iis=None) -> tuple[te.Schedule, list[int]]:
     s = naive_schedule(outputs, target)
-    if config.get("line_buffer", 1):
+    streamed = bool(config.get("stream_epilogue", 1)) and _stream_epilogue(s)
+    if config.get("line_buffer", 1) and not streamed:
         _line_buffer(s)
     reuse, unroll = int(config.get("reuse_factor", 1)), int(config.get("unroll", 1))
     requested = []

@@ -50,8 +50,8 @@ def test_groups_use_the_plugin_strategy_with_knobs_and_nhwc(compiled):
     summary = lib.summary()
     chosen = summary["strategies"]
     assert chosen and all(row["strategy"] == "fpga_hls.pipelined" for row in chosen.values())
-    assert all(row["config"] == {"reuse_factor": 1, "unroll": 1, "line_buffer": 1} and row["space_size"] == 32
-               for row in chosen.values())
+    assert all(row["config"] == {"reuse_factor": 1, "unroll": 1, "line_buffer": 1, "stream_epilogue": 1}
+               and row["space_size"] == 64 for row in chosen.values())
     assert {row["key"] for row in chosen.values() if "nn.conv2d" in row["ops"]} == {"conv2d_nhwc"}
     estimates = summary["estimates"]
     assert set(estimates) == {step["kernel"] for step in summary["placement"]}
@@ -68,18 +68,24 @@ def test_knobs_reach_the_schedule():
     assert "for k.outer in range(0, 16) #pipeline=4:" in text   # II raised to 4: four reads through one port
     assert text.count("C[i] = (C[i] + A[") == 4                  # the inner 4 are unrolled copies
     space = fpga_strategies(tk.target("fpga_hls"))[0].space(None, tk.target("fpga_hls"))
-    assert len(space) == 32
+    assert len(space) == 64
     with pytest.raises(ScheduleError, match="reuse_factor"):
         space.validate({"reuse_factor": 3})
 
 
-def test_nhwc_convolutions_read_through_a_line_buffer(compiled):
+def test_nhwc_convolutions_read_through_a_line_buffer_and_stream_to_their_epilogue(compiled):
     _, lib = compiled
     source = next(iter(lib.artifacts.values())).source
+    kernel = source[source.index('void fused_nn_conv2d_nn_relu('):]
+    kernel = kernel[:kernel.index('extern "C"')]
     # the first conv (3 input channels, 8 wide plus padding): 3 rows x 10 x 3 copied per output row
-    assert "tk_real T_pad_data_local[90];" in source
-    body = source[source.index("T_pad_data_local[90];"):]
-    assert "#pragma HLS PIPELINE II=1" in body and "T_pad_data_local[" in body.split("PIPELINE II=1")[1][:400]
+    assert "tk_real T_pad_data_local[90];" in kernel
+    assert "T_conv2d_local[0] = fmaf(T_pad_data_local[" in kernel          # the reduction reads the buffer
+    # conv and relu are two dataflow processes joined by a FIFO of depth 2
+    assert "#pragma HLS DATAFLOW" in kernel and 'tk::stream<tk_real> T_conv2d("T_conv2d", 2);' in kernel
+    assert kernel.count("TK_STAGE_BEGIN(tk_dataflow);") == 2
+    estimate = lib.summary()["estimates"]["fused_nn_conv2d_nn_relu"]
+    assert estimate["IntervalMin"] < estimate["BestLatency"]
 
 
 def test_compile_explain_prints_estimates(tmp_path, capsys):
