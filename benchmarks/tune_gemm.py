@@ -9,12 +9,16 @@
 3. `tk.compile` of the matmul with the tuning database, timed against numpy alternately in one
    process (the ratio that counts: same moment, same load);
 4. with --compare: each strategy (the main one and --compare) at equal trials, the best
-   cost after 8, 16, ... trials, per seed (model-guided vs random).
+   cost after 8, 16, ... trials, per seed (model-guided vs random);
+5. with --replay N: measure every config of the N^3 GEMM's space once (a grid sweep), then run
+   both strategies against that table for --seeds seeds: equal trials, the same costs for both,
+   so the comparison is of the searches, not of the machine's load at the time.
 Prints `uptime` before and after: the machine is shared.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -85,6 +89,44 @@ def run_and_compare(args) -> None:
           f"(>= 0.9 wanted), tuning {wall:.0f} s, {row['trials']} trials")
 
 
+def replay(args) -> None:
+    from tensorkiln.tune.measure import MeasureOptions
+    from tensorkiln.tune.session import tuner_for
+
+    n = args.replay
+    task = tune.Task.from_op("gemm", (n, n, n), args.target)
+    start = time.perf_counter()
+    tune.tune(task, trials=task.space.size, strategy="grid", confirm=False, batch=16,
+              options=MeasureOptions(early_stop=1e9))
+    table = {json.dumps(r.config, sort_keys=True): r.score for r in task.results}
+    finite = sorted(v for v in table.values() if v < float("inf"))
+    optimum, default_cost = finite[0], task.results[0].score
+    print(f"swept {len(table)} configs of gemm {n}^3 in {time.perf_counter() - start:.0f} s: optimum "
+          f"{optimum * 1e3:.3f} ms, default {default_cost * 1e3:.3f} ms, median {finite[len(finite) // 2] * 1e3:.3f} ms, "
+          f"{len(table) - len(finite)} failed")
+    checkpoints = [c for c in (8, 16, 24, 32, 48, 64) if c <= args.compare_trials]
+    print(f"best/optimum after {checkpoints} trials (mean over {args.seeds} seeds), share of seeds at the optimum:")
+    for strategy in (args.strategy, args.compare or "random"):
+        ratios = {c: [] for c in checkpoints}
+        for seed in range(args.seeds):
+            tuner = tuner_for(task, strategy, seed)
+            tuner.tell([(task.space.default_config(), default_cost)])   # trial 0, as tune() does
+            best, used = default_cost, 1
+            while used < max(checkpoints):
+                configs = tuner.ask(8)
+                if not configs:
+                    break
+                scores = [table[json.dumps(c, sort_keys=True)] for c in configs]
+                tuner.tell(list(zip(configs, scores)))
+                for score in scores:
+                    used += 1
+                    best = min(best, score)
+                    if used in ratios:
+                        ratios[used].append(best / optimum)
+        print(f"  {strategy:12s} " + "  ".join(
+            f"{c}: {statistics.fmean(v):.3f} ({sum(x <= 1.0 for x in v)}/{len(v)})" for c, v in ratios.items() if v))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size", type=int, default=1024)
@@ -98,10 +140,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=2)
     parser.add_argument("--target", default="cpu_llvm")
     parser.add_argument("--compare-only", action="store_true", help="skip the tuning run and the numpy comparison")
+    parser.add_argument("--replay", type=int, default=0, metavar="N", help="sweep the N^3 GEMM's space, then replay")
     args = parser.parse_args()
     n = args.size
     print("uptime before:", uptime())
-    if not args.compare_only:
+    if args.replay:
+        replay(args)
+    elif not args.compare_only:
         run_and_compare(args)
     if args.compare:
         checkpoints = [c for c in (4, 8, 16, 24, 32, 48, 64, 96, 128) if c <= args.compare_trials]

@@ -26,7 +26,7 @@ from .task import Task
 from .tuners import Tuner, make_tuner
 from .workload import workload_text
 
-__all__ = ["tune", "TaskState", "TuneResult"]
+__all__ = ["tune", "tuner_for", "TaskState", "TuneResult"]
 
 
 @dataclass
@@ -72,7 +72,9 @@ class TuneResult:
         return rows
 
 
-def _tuner_for(task: Task, strategy: "str | Callable", seed: int, db) -> Tuner:
+def tuner_for(task: Task, strategy: "str | Callable", seed: int = 0, db=None) -> Tuner:
+    """The tuner `tune()` uses for `task`: `model` gets the analytic cost of lowered candidates and the
+    database's records of similar workloads as warm start."""
     if callable(strategy) and not isinstance(strategy, str):
         return strategy(task.space, seed)
     if strategy != "model":
@@ -242,7 +244,7 @@ def tune(tasks: "Task | Sequence[Task]", *, trials: int = 64, strategy: "str | C
     states = []
     for index, task in enumerate(tasks):
         task.results = []
-        state = TaskState(task, _tuner_for(task, strategy, seed + index, db), TaskProgress(task.weight))
+        state = TaskState(task, tuner_for(task, strategy, seed + index, db), TaskProgress(task.weight))
         state.identity = task.identity()
         states.append(state)
     result = TuneResult(states, 0.0)
