@@ -158,3 +158,22 @@ def test_tfidf_vectorizer(mode):
                             max_skip_count=2, ngram_counts=[0, 3], ngram_indexes=[4, 0, 2, 1, 6],
                             pool_int64s=[1, 3, 4, 1, 2, 0, 0], weights=[0.5, 2.0, 1.5, 3.0, 0.25])
     _check_against_onnxruntime(node, {"x": tokens})
+
+
+def test_binarizer_and_array_feature_extractor():
+    from onnx import helper
+    x = np.random.default_rng(11).standard_normal((3, 5)).astype("float32")
+
+    def check(node, feeds):
+        ort = pytest.importorskip("onnxruntime")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype),
+                                                                               v.shape) for k, v in feeds.items()],
+                                  [helper.make_empty_tensor_value_info("y")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)])
+        import onnx
+        model = onnx.shape_inference.infer_shapes(model)
+        want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+        np.testing.assert_array_equal(tk.compile(tk.frontend.from_onnx(model), target="cpu_llvm").run(feeds)[0], want)
+    check(helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.25), {"x": x})
+    check(helper.make_node("ArrayFeatureExtractor", ["x", "i"], ["y"], domain="ai.onnx.ml"),
+          {"x": x, "i": np.array([4, 0, 4], dtype="int64")})
