@@ -57,7 +57,7 @@ def _stream_epilogue(s: te.Schedule) -> bool:
     if len(roots) != 2 or not isinstance(roots[0].op.body, te.Reduce) or roots[0].is_output:
         return False
     anchor = roots[0]
-    if not all(isinstance(_extent(iv), int) for iv in anchor.op.axis):
+    if not all(isinstance(_extent(iv), int) for iv in anchor.op.axis) or not _reads_in_order(roots[1], anchor):
         return False
     accumulator = s.cache_write(anchor.op.output(0), "local")
     s[accumulator].compute_at(anchor, anchor.op.axis[-1])
@@ -67,6 +67,23 @@ def _stream_epilogue(s: te.Schedule) -> bool:
         rows = s.cache_read(s[accumulator].op.input_tensors[0], "local", [s[accumulator]])
         s[rows].compute_at(anchor, anchor.op.axis[1])
     return True
+
+
+def _reads_in_order(consumer, producer) -> bool:
+    """Whether `consumer` reads `producer` once per element, at its own loop indices, in its order:
+    what a FIFO between them allows (a transpose or `x * sigmoid(x)` epilogue does not)."""
+    from tensorkiln.tir.visit import rewrite
+    reads = []
+
+    def collect(node):
+        if isinstance(node, te.TensorRead) and node.tensor.op is producer.op:
+            reads.append(node)
+        return None
+    rewrite(consumer.op.body, pre=collect)
+    axes = [iv.var for iv in consumer.op.axis]
+    return (len(reads) == 1 and tuple(consumer.op.axis[i].dom.extent for i in range(len(axes))) ==
+            tuple(iv.dom.extent for iv in producer.op.axis) and len(reads[0].indices) == len(axes)
+            and all(index is var for index, var in zip(reads[0].indices, axes)))
 
 
 def schedule_pipelined(outputs, target, config) -> te.Schedule:

@@ -95,3 +95,22 @@ def test_compile_explain_prints_estimates(tmp_path, capsys):
     assert main(["compile", str(path), "--target", "fpga_hls", "--explain", "-o", str(tmp_path / "m.tkpkg")]) == 0
     out = capsys.readouterr().out
     assert "estimates" in out and "BestLatency" in out and "BRAM_18K" in out and "fpga_hls.pipelined" in out
+
+
+@pytest.mark.parametrize("epilogue, reference, streams", [
+    (lambda c: (lambda i: c[i] + 1.0), lambda sums: sums + 1.0, True),
+    (lambda c: (lambda i: c[i] * c[i]), lambda sums: sums * sums, False),     # two reads per element
+    (lambda c: (lambda i: c[7 - i] + 1.0), lambda sums: sums[::-1] + 1.0, False),   # reversed order
+], ids=["in-order", "read-twice", "reversed"])
+def test_epilogue_streams_only_when_it_reads_in_order_once(epilogue, reference, streams):
+    a = te.placeholder((8, 16), name="A")
+    k = te.reduce_axis((0, 16), name="k")
+    c = te.compute((8,), lambda i: te.sum(a[i, k], axis=k), name="C")
+    d = te.compute((8,), epilogue(c), name="D")
+    s = schedule_pipelined([d], tk.target("fpga_hls"), {})
+    assert s.is_dataflow is streams
+    f = tk.build(s, [a, d], target="fpga_hls", name="epilogue")
+    x = np.random.default_rng(3).standard_normal((8, 16)).astype(np.float32)
+    out = np.zeros(8, np.float32)
+    f(x, out)
+    np.testing.assert_allclose(out, reference(x.sum(axis=1)), rtol=1e-5, atol=1e-6)
