@@ -403,6 +403,16 @@ def _simplify_int(e, bounds):
 def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
     """Simplify an expression bottom-up (see the module docstring)."""
     bounds = bounds or {}
+    # Nodes already simplified (kept alive, so their ids stay theirs): when a rule builds a new
+    # node over simplified children, only the new part is simplified again. Re-walking the
+    # whole subtree after every rule made deep index expressions quadratic (a third of compile time).
+    settled: dict[int, n.PrimExpr] = {}
+
+    def keep_settled(z):
+        return z if settled.get(id(z)) is z else None
+
+    def one_step(z):
+        return _simplify_node(z, bounds) if isinstance(z, n.PrimExpr) else None
 
     def post(x):
         if not isinstance(x, n.PrimExpr):
@@ -411,11 +421,9 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
         for _ in range(4):
             y = _simplify_node(x, bounds)
             if y is None or y is x:
-                return x
-            if isinstance(y, n.BinaryOp) and y is not x:
-                x = rewrite(y, post=lambda z: _simplify_node(z, bounds) if isinstance(z, n.PrimExpr) else None)
-            else:
-                x = y
+                break
+            x = rewrite(y, pre=keep_settled, post=one_step) if isinstance(y, n.BinaryOp) else y
+        settled[id(x)] = x
         return x
     return rewrite(e, post=post)
 
