@@ -42,7 +42,6 @@ from onnx import numpy_helper
 
 import tensorkiln as tk
 from tensorkiln.ir.errors import TensorkilnError
-from tensorkiln.runtime.profiler import profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import real_graphs  # noqa: E402
@@ -134,8 +133,22 @@ def interleaved(run_tk, run_ort, repeat: int) -> tuple[float, float, float]:
     return statistics.median(tk_times), statistics.median(ort_times), statistics.median(ratios)
 
 
-def outside_kernels_us(lib, inputs, repeat: int) -> float:
-    """Executor time outside kernel calls per launch, in microseconds (median run - sum of step medians)."""
+def run_tensorkiln(lib, inputs):
+    """One run through set_input / run / get_output (the API every version has, so this script
+    also measures older checkouts for before/after tables)."""
+    for name, value in inputs.items():
+        lib.set_input(name, value)
+    lib.run()
+    return lib.get_output(0)
+
+
+def outside_kernels_us(lib, inputs, repeat: int) -> float | None:
+    """Executor time outside kernel calls per launch, in microseconds (median run - sum of step medians);
+    None on a checkout older than the profiler."""
+    try:
+        from tensorkiln.runtime.profiler import profile
+    except ImportError:
+        return None
     report = profile(lib, inputs, repeat=repeat)
     kernel_seconds = sum(step.seconds for step in report.steps)
     return 1e6 * max(0.0, report.run_seconds - kernel_seconds) / max(1, len(report.steps))
@@ -158,14 +171,14 @@ def bench_model(name: str, kind: str, args, suite: Suite) -> None:
                 print(f"{name:20s} {isa} opt {level}: {type(error).__name__}: {str(error).splitlines()[0]}")
                 continue
             compile_s = time.perf_counter() - start
-            output = lib.run(inputs)
-            output = output[0] if isinstance(output, list) else output
+            output = run_tensorkiln(lib, inputs)
             error = float(np.max(np.abs(np.asarray(output, dtype=np.float64) - reference)))
             launches = lib.summary()["kernel_launches"]
             for threads in args.threads:
                 tk.runtime.set_num_threads(threads)
                 session = sessions[threads]
-                tk_s, ort_s, ratio = interleaved(lambda: lib.run(inputs), lambda: session.run(None, inputs),
+                tk_s, ort_s, ratio = interleaved(lambda: run_tensorkiln(lib, inputs),
+                                                 lambda: session.run(None, inputs),
                                                  args.repeat)
                 outside = outside_kernels_us(lib, inputs, max(5, args.repeat // 2)) if threads == 1 else None
                 level_text = "" if args.opt_levels == [3] else f" opt{level}"
