@@ -5,7 +5,7 @@ import pytest
 
 from tensorkiln import tune
 from tensorkiln.ir.errors import TensorkilnError
-from tensorkiln.tune.distributed import DaskMeasurer, measure_resource
+from tensorkiln.tune.distributed import DaskMeasurer, measure_resource, worker_runner
 from tensorkiln.tune.measure import LocalMeasurer, MeasureOptions
 
 distributed = pytest.importorskip("distributed")
@@ -19,7 +19,7 @@ TARGET = "cpu_llvm -num_threads=1"
 
 def _tune(measurer):
     task = tune.Task.from_op("gemm", (64, 128, 64), TARGET)
-    tune.tune(task, trials=4, strategy="grid", batch=2, measurer=measurer)
+    tune.tune(task, trials=4, strategy="grid", batch=2, measurer=measurer, confirm=False)
     return task
 
 
@@ -54,7 +54,8 @@ def client():
 
 
 def test_a_local_cluster_with_two_workers_gives_the_same_records_as_a_local_run(client):
-    with LocalMeasurer(builders=1, options=OPTIONS) as local_measurer:
+    # the in-process workers and the local run share this process's measuring child (one start-up)
+    with LocalMeasurer(builders=1, options=OPTIONS, runner=worker_runner()) as local_measurer:
         local = _tune(local_measurer)
         remote = _tune(DaskMeasurer(client, OPTIONS))
         assert _records(local) == _records(remote), [(r.status, r.error) for r in remote.results]

@@ -25,7 +25,7 @@ from ..ir.errors import TensorkilnError
 from .measure import Built, MeasureOptions, Runner, build_from_recipe, run_kernel
 from .record import BUILD_ERROR, RUN_ERROR, MeasureResult
 
-__all__ = ["DaskMeasurer", "measure_resource", "local_cluster"]
+__all__ = ["DaskMeasurer", "measure_resource", "local_cluster", "worker_runner"]
 
 _WORKER_RUNNER: Runner | None = None
 
@@ -38,15 +38,20 @@ def measure_resource(target) -> str:
 def _run_on_worker(task_key: str, target_text: str, built: Built, inputs, reference, best, options) -> dict:
     """On a measuring worker: run in a child process (time-outs), or in the worker itself when the
     worker is a daemonic process that may not start children."""
-    global _WORKER_RUNNER
     if multiprocessing.current_process().daemon:
         try:
             return run_kernel(built.artifact, target_text, built.inputs, inputs, reference, best, options)
         except Exception as error:  # noqa: BLE001 - the candidate's RUN_ERROR
             return {"status": RUN_ERROR, "cost": None, "error": f"{type(error).__name__}: {error}"}
+    return worker_runner().run(task_key, target_text, built, inputs, reference, best, options)
+
+
+def worker_runner() -> Runner:
+    """This process's measuring child (one per worker process; runs from its threads take turns)."""
+    global _WORKER_RUNNER
     if _WORKER_RUNNER is None:
         _WORKER_RUNNER = Runner()
-    return _WORKER_RUNNER.run(task_key, target_text, built, inputs, reference, best, options)
+    return _WORKER_RUNNER
 
 
 class DaskMeasurer:

@@ -22,6 +22,7 @@ import concurrent.futures as futures
 import hashlib
 import multiprocessing
 import os
+import threading
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -159,13 +160,15 @@ def _runner_loop(connection) -> None:
 
 
 class Runner:
-    """One child process that runs candidates; replaced when a run times out or the child dies."""
+    """One child process that runs candidates; replaced when a run times out or the child dies.
+    Runs from several threads take turns (one measurement at a time on a device)."""
 
     def __init__(self) -> None:
         self._context = multiprocessing.get_context("spawn")   # a fresh interpreter: no inherited threads
         self._process = None
         self._connection = None
         self._sent: set[str] = set()
+        self._lock = threading.Lock()
 
     def _start(self) -> None:
         parent, child = self._context.Pipe()
@@ -177,6 +180,10 @@ class Runner:
         self._sent = set()
 
     def run(self, task_key: str, target_text: str, built: Built, inputs, reference, best, options) -> dict:
+        with self._lock:
+            return self._run(task_key, target_text, built, inputs, reference, best, options)
+
+    def _run(self, task_key: str, target_text: str, built: Built, inputs, reference, best, options) -> dict:
         if self._process is None or not self._process.is_alive():
             self._start()
         request = {"task": task_key, "target": target_text, "artifact": built.artifact, "num_inputs": built.inputs,
@@ -219,11 +226,13 @@ class Runner:
 class LocalMeasurer:
     """Builds in a process pool (tasks with a recipe; in this process otherwise), runs in a `Runner`."""
 
-    def __init__(self, builders: int | None = None, options: MeasureOptions | None = None) -> None:
+    def __init__(self, builders: int | None = None, options: MeasureOptions | None = None,
+                 runner: Runner | None = None) -> None:
         self.options = options or MeasureOptions()
         self.builders = builders if builders is not None else max(1, min(4, os.cpu_count() or 1))
         self._pool = None
-        self._runner = Runner()
+        self._own_runner = runner is None
+        self._runner = runner or Runner()   # a shared one (a Dask worker's) stays open on close()
 
     def build(self, task: Task, configs: list[dict]) -> list[Built]:
         if task.recipe is None or self.builders <= 1 or len(configs) <= 1:
@@ -246,7 +255,8 @@ class LocalMeasurer:
         return self._runner.run(task.key, str(task.target), built, inputs, reference, best, self.options)
 
     def close(self) -> None:
-        self._runner.close()
+        if self._own_runner:
+            self._runner.close()
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
