@@ -11,6 +11,10 @@ Pipeline (`LLVMEmitter.emit`):
    the passes to report (e.g. "loop-vectorize");
 4. emit a position-independent object (assembly text only on request).
 
+Steps 1-4 are skipped when kernel_cache.py holds the module (same kernels, target,
+versions): a compile of the same model again, in this process or another, loads the
+cached optimized IR and object.
+
 Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-unoptimized"]`
 = the IR before optimization, `binary` = object code; assembly is rendered on request
 (`f.get_source("asm")`, runtime.JITModule.render_source).
@@ -35,6 +39,7 @@ from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_
 from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, declare, value_type
 from .host import MachineConfig, machine_config, target_machine
+from .kernel_cache import cache_key, kernel_cache
 from .lowp import add_bfloat_runtime
 from .stmts import FunctionCodegen
 
@@ -182,6 +187,15 @@ class LLVMEmitter(Emitter):
         if len(set(names)) != len(names):
             raise CompileError(f"cpu_llvm: kernel names must be unique in one module, got {names}")
         config = machine_config(target)
+        # remarks come from running LLVM: a cached object would print none
+        cache = None if os.environ.get(REMARKS_ENV) else kernel_cache()
+        key = cache_key(funcs, target, config, functools.partial(_intrinsic_source, target=target)) if cache else ""
+        cached = cache.get(key) if cache else None
+        if cached is not None:
+            record, binary = cached
+            return Artifact(target=str(target), format="llvm-ir", source=record["source"],
+                            kernels=_signatures(funcs), binary=binary, sources=dict(record["sources"]),
+                            metadata=dict(record["metadata"]))
         machine = target_machine(config)
         module = self._build_module(funcs, target, config, machine)
         unoptimized = str(module.llvm_module)
@@ -191,13 +205,15 @@ class LLVMEmitter(Emitter):
         self._link_intrinsics(parsed, module.linker)
         if config.opt_level:
             optimize(parsed, machine, config.opt_level)
-        return Artifact(
-            target=str(target), format="llvm-ir", source=str(parsed),
-            kernels=module.signatures, binary=bytes(machine.emit_object(parsed)),
-            # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
-            sources={"llvm-unoptimized": unoptimized},
-            metadata={"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
-                      "cpu": config.cpu, "opt_level": config.opt_level, WRITTEN_METADATA_KEY: module.written})
+        # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
+        record = {"source": str(parsed), "sources": {"llvm-unoptimized": unoptimized},
+                  "metadata": {"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
+                               "cpu": config.cpu, "opt_level": config.opt_level, WRITTEN_METADATA_KEY: module.written}}
+        binary = bytes(machine.emit_object(parsed))
+        if cache:
+            cache.put(key, record, binary)
+        return Artifact(target=str(target), format="llvm-ir", source=record["source"], kernels=module.signatures,
+                        binary=binary, sources=dict(record["sources"]), metadata=dict(record["metadata"]))
 
     def _build_module(self, funcs, target, config: MachineConfig, machine) -> "_BuiltModule":
         module = ir.Module(name=funcs[0].name)
@@ -218,10 +234,7 @@ class LLVMEmitter(Emitter):
             codegen.stmt(func.body)
             codegen.builder.ret_void()
             emit_packed_function(module, func, impl, func.name)
-        try:
-            signatures = tuple(signature_of(f) for f in funcs)
-        except ValueError as error:
-            raise CompileError(f"cpu_llvm: {error}; kernels need static buffer shapes") from None
+        signatures = _signatures(funcs)
         # the buffer parameters each kernel writes: its loader refuses read-only arrays for them
         written = {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}]
                    for f in funcs}
@@ -243,6 +256,23 @@ class LLVMEmitter(Emitter):
             # private to this module: it may be inlined, and two modules never clash
             function.linkage = llvm.Linkage.internal
         parsed.verify()
+
+
+def _signatures(funcs) -> tuple:
+    try:
+        return tuple(signature_of(f) for f in funcs)
+    except ValueError as error:
+        raise CompileError(f"cpu_llvm: {error}; kernels need static buffer shapes") from None
+
+
+def _intrinsic_source(intrin, target) -> str:
+    """What an intrinsic's code is for the kernel cache's key: LLVM source, or an extern symbol and library."""
+    impl = implementation_for(intrin, target)
+    if isinstance(impl, SourceImpl):
+        return f"{impl.language}:{impl.symbol}:{impl.code}"
+    if isinstance(impl, ExternImpl):
+        return f"extern:{impl.symbol}:{impl.library}"
+    return repr(impl)
 
 
 @dataclass(frozen=True)

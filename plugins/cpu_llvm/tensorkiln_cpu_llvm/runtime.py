@@ -24,7 +24,7 @@ from tensorkiln.sdk.native import NativeModule
 
 from .host import machine_config, new_target_machine, target_machine
 
-__all__ = ["LLVMLoader", "JITModule", "link_shared_library", "RUNTIME_LIBRARIES"]
+__all__ = ["LLVMLoader", "JITModule", "link_shared_library", "RUNTIME_LIBRARIES", "AFFINITY_ENV"]
 
 RUNTIME_LIBRARIES = ("gomp", "m")
 """Linked into every exported library: libgomp runs parallel loops, libm the math calls."""
@@ -32,8 +32,29 @@ _JIT_LIBRARIES = (*RUNTIME_LIBRARIES, "gcc_s")
 """The JIT also needs libgcc_s for float16 conversions (__truncdfhf2); `cc` links it by itself."""
 
 
+AFFINITY_ENV = "TENSORKILN_THREAD_AFFINITY"
+AFFINITIES = {"close": "close", "spread": "spread", "none": "false"}
+"""Thread placement of parallel loops: TENSORKILN_THREAD_AFFINITY=close (threads pinned to neighbouring
+cores), spread (pinned as far apart as possible) or none (the OS moves them; the default). libgomp reads
+OMP_PROC_BIND / OMP_PLACES once, when it loads: the setting is applied then, unless OMP_PROC_BIND is
+already set. The thread count is the -num_threads target option or tensorkiln.runtime.set_num_threads."""
+
+
+def _apply_affinity() -> None:
+    wanted = os.environ.get(AFFINITY_ENV, "").strip().lower()
+    if not wanted:
+        return
+    if wanted not in AFFINITIES:
+        raise CompileError(f"{AFFINITY_ENV}={wanted!r}: use one of {sorted(AFFINITIES)}")
+    if "OMP_PROC_BIND" not in os.environ:
+        os.environ["OMP_PROC_BIND"] = AFFINITIES[wanted]
+        if wanted != "none":
+            os.environ.setdefault("OMP_PLACES", "cores")
+
+
 @functools.cache
 def _load_runtime_libraries() -> None:
+    _apply_affinity()
     for name in _JIT_LIBRARIES:
         path = ctypes.util.find_library(name) or f"lib{name}.so.1"
         try:

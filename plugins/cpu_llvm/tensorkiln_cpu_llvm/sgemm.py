@@ -23,8 +23,10 @@ A is read where it is (rows `lda` apart). Edge tiles cost almost nothing: a tile
 fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
 mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
-slowed down by other processes takes fewer; one thread (num_threads=1, or no more
-than one item) runs the worker in place without a parallel region.
+slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
+or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in place
+without a parallel region. With B read in place the caller packs the ragged sliver
+before the region, so the team meets only at its end.
 """
 from __future__ import annotations
 
@@ -33,13 +35,15 @@ from dataclasses import dataclass
 import llvmlite.ir as ir
 
 from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range
-from .ukernels import F32, F32_PTR, GemmTile, _fma, _masked, _splat_load, _vector, _vector_pointer
+from .ukernels import F32, F32_PTR, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k
 
 __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
 
 B_LAYOUTS = ("kn", "nk", "packed")
 NUM_THREADS_GLOBAL = "tensorkiln_num_threads"   # defined by the kernel module this function is linked into
 ALIGNMENT = 64
+MIN_FLOPS_PER_THREAD = 4_000_000
+"""Work per thread below which a GEMM runs on fewer threads (4 MFLOP: 20-40 us on one core)."""
 
 
 @dataclass(frozen=True)
@@ -126,44 +130,13 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
     a, lda, bp, ldbp, c, ldc, depth, rows, columns, accumulate = function.args
     for argument in (a, bp, c):
         argument.add_attribute("noalias")
-    entry = function.append_basic_block("entry")
-    loop = function.append_basic_block("k.loop")
-    done = function.append_basic_block("k.done")
-    builder = ir.IRBuilder(entry)
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
     # a tile with fewer rows reads its missing rows from the last valid one (never out of bounds)
     last_row = builder.sub(rows, I64(1))
     row_pointers = [builder.gep(a, [builder.mul(_minimum(builder, I64(r), last_row), lda)], inbounds=True)
                     for r in range(mr)]
     zero = ir.Constant(_vector(lanes), None)
-    builder.cbranch(builder.icmp_signed(">", depth, I64(0)), loop, done)
-
-    builder.position_at_end(loop)
-    k = builder.phi(I64, name="k")
-    accumulators = [builder.phi(_vector(lanes), name=f"acc{i}") for i in range(mr * vectors)]
-    b_row = builder.mul(k, ldbp)
-    b_values = [builder.load(_vector_pointer(builder, bp, builder.add(b_row, I64(v * lanes)), lanes), align=4)
-                for v in range(vectors)]
-    fma = _fma(module, lanes)
-    updated = []
-    for r in range(mr):
-        a_value = _splat_load(builder, builder.gep(row_pointers[r], [k], inbounds=True), lanes)
-        for v in range(vectors):
-            updated.append(builder.call(fma, [a_value, b_values[v], accumulators[r * vectors + v]]))
-    k_next = builder.add(k, I64(1), flags=["nsw"])
-    builder.cbranch(builder.icmp_signed("<", k_next, depth), loop, done)
-    k.add_incoming(I64(0), entry)
-    k.add_incoming(k_next, loop)
-    for phi, value in zip(accumulators, updated):
-        phi.add_incoming(zero, entry)
-        phi.add_incoming(value, loop)
-
-    builder.position_at_end(done)
-    finals = []
-    for value in updated:
-        phi = builder.phi(_vector(lanes))
-        phi.add_incoming(zero, entry)
-        phi.add_incoming(value, loop)
-        finals.append(phi)
+    finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth)
     accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(tile.nr)))
 
@@ -333,7 +306,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
     values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:8]}
-    if pack is not None:
+    if pack is not None and plan.pack_b:   # (B in place: the caller packed the ragged sliver, no barrier)
         first = plan.slivers - plan.packed_slivers   # all, or only the ragged last one
         with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.packed_slivers, "pack") as taken:
             sliver = builder.add(taken, I64(first))
@@ -374,12 +347,16 @@ def sgemm_source(plan: GemmPlan) -> str:
         packed = builder.bitcast(raw, F32_PTR)
     for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0))):
         builder.store(value, _field(builder, closure, field))
+    if pack is not None and not plan.pack_b:
+        builder.call(pack, [b, ldb, packed, I64(plan.slivers - 1)])
     threads_global = ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL)
     threads = builder.load(threads_global)
     max_threads = builder.call(declare(module, "omp_get_max_threads", I32, []), [])
     threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
-    # no more threads than work items (one thread packs all of B when there is a single item)
-    threads = _minimum(builder, threads, I32(plan.items))
+    # no more threads than work items, nor than MIN_FLOPS_PER_THREAD allow: fork and join cost more than
+    # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
+    useful = max(1, min(plan.items, 2 * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
+    threads = _minimum(builder, threads, I32(useful))
     with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
         with alone:
             builder.call(worker, [builder.bitcast(closure, PTR)])

@@ -73,6 +73,51 @@ def _masked(module: ir.Module, kind: str, lanes: int) -> ir.Function:
                    [vector_type, vector_type.as_pointer(), I32, mask_type])
 
 
+def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, a_rows: list, b: ir.Value,
+                      ldb: ir.Value, depth: ir.Value) -> list:
+    """The register tile's k loop: acc[r, v] += splat(a_rows[r][k]) * B[k * ldb + v * lanes : +lanes] for k < depth.
+
+    Emitted at the builder's block, which must end here; returns the mr x nr/lanes final
+    accumulators (zeros when depth <= 0) with the builder after the loop.
+    """
+    lanes, vectors = tile.lanes, tile.vectors_per_row
+    function = builder.function
+    entry = builder.block
+    loop = function.append_basic_block("k.loop")
+    done = function.append_basic_block("k.done")
+    zero = ir.Constant(_vector(lanes), None)
+    builder.cbranch(builder.icmp_signed(">", depth, I64(0)), loop, done)
+
+    builder.position_at_end(loop)
+    k = builder.phi(I64, name="k")
+    accumulators = [builder.phi(_vector(lanes), name=f"acc{n}") for n in range(tile.mr * vectors)]
+    b_row = builder.mul(k, ldb)
+    b_values = [builder.load(_vector_pointer(builder, b, builder.add(b_row, I64(v * lanes)), lanes), align=4)
+                for v in range(vectors)]
+    fma = _fma(module, lanes)
+    updated = []
+    for row in range(tile.mr):
+        a_value = _splat_load(builder, builder.gep(a_rows[row], [k], inbounds=True), lanes)
+        for v in range(vectors):
+            updated.append(builder.call(fma, [a_value, b_values[v], accumulators[row * vectors + v]]))
+    k_next = builder.add(k, I64(1), flags=["nsw"])
+    builder.cbranch(builder.icmp_signed("<", k_next, depth), loop, done)
+    k.add_incoming(I64(0), entry)
+    k.add_incoming(k_next, loop)
+    for phi, value in zip(accumulators, updated):
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(value, loop)
+
+    builder.position_at_end(done)
+    finals = []
+    for value in updated:
+        phi = builder.phi(_vector(lanes))
+        phi.add_incoming(zero, entry)
+        phi.add_incoming(value, loop)
+        finals.append(phi)
+    return finals
+
+
 def _define_ukernel(module: ir.Module, tile: GemmTile, name: str, linkage: str = "", b_strides: int = 1) -> ir.Function:
     """`b_strides` > 1: B is a tile of a higher-rank buffer (packed Bp[N/nr, K, nr]); its last stride is ldb."""
     head = [F32_PTR, F32_PTR, F32_PTR, I64, *([I64] * b_strides), I64]
@@ -87,42 +132,9 @@ def _define_ukernel(module: ir.Module, tile: GemmTile, name: str, linkage: str =
         argument.name = label
     for pointer in (a, b, c):
         pointer.add_attribute("noalias")
-    entry = function.append_basic_block("entry")
-    loop = function.append_basic_block("k.loop")
-    done = function.append_basic_block("k.done")
-    builder = ir.IRBuilder(entry)
-    zero = ir.Constant(_vector(tile.lanes), None)
-    count = tile.mr * tile.vectors_per_row
-    row_offsets = [builder.mul(lda, I64(row)) for row in range(tile.mr)]
-    builder.cbranch(builder.icmp_signed(">", k_extent, I64(0)), loop, done)
-
-    builder.position_at_end(loop)
-    k = builder.phi(I64, name="k")
-    accumulators = [builder.phi(_vector(tile.lanes), name=f"acc{n}") for n in range(count)]
-    b_row = builder.mul(k, ldb)
-    b_vectors = [builder.load(_vector_pointer(builder, b, builder.add(b_row, I64(v * tile.lanes)), tile.lanes),
-                              align=4) for v in range(tile.vectors_per_row)]
-    fma = _fma(module, tile.lanes)
-    updated = []
-    for row in range(tile.mr):
-        a_value = _splat_load(builder, builder.gep(a, [builder.add(row_offsets[row], k)], inbounds=True), tile.lanes)
-        for v in range(tile.vectors_per_row):
-            updated.append(builder.call(fma, [a_value, b_vectors[v], accumulators[row * tile.vectors_per_row + v]]))
-    k_next = builder.add(k, I64(1), flags=["nsw"])
-    builder.cbranch(builder.icmp_signed("<", k_next, k_extent), loop, done)
-    k.add_incoming(I64(0), entry)
-    k.add_incoming(k_next, loop)
-    for phi, value in zip(accumulators, updated):
-        phi.add_incoming(zero, entry)
-        phi.add_incoming(value, loop)
-
-    builder.position_at_end(done)
-    finals = []
-    for n in range(count):
-        phi = builder.phi(_vector(tile.lanes))
-        phi.add_incoming(zero, entry)
-        phi.add_incoming(updated[n], loop)
-        finals.append(phi)
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    rows = [builder.gep(a, [builder.mul(lda, I64(row))], inbounds=True) for row in range(tile.mr)]
+    finals = accumulate_over_k(builder, module, tile, rows, b, ldb, k_extent)
     is_accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     pointers = [_vector_pointer(builder, c, builder.add(builder.mul(ldc, I64(row)), I64(v * tile.lanes)), tile.lanes)
                 for row in range(tile.mr) for v in range(tile.vectors_per_row)]

@@ -52,9 +52,12 @@ def _check(module, m, n, k, dense=False):
     (37, 45, 29, "llvm", False, None),                    # every edge at once
     (37, 45, 29, "llvm", True, None),                     # dense: W[N, K] packed by a transposing copy
     (53, 97, 300, "llvm -mcpu=haswell", False, {"kc": 64, "mc": 12, "nc": 32}),   # several K and row blocks
-    (49, 130, 700, "llvm", False, {"pack_b": False}),     # in place with a ragged last sliver, K blocks
+    (49, 130, 700, "llvm", False, {"pack_b": False}),     # in place with a ragged last sliver, K blocks, 2 threads
     (100, 64, 33, "llvm", False, {"tile": "14x32"}),
     (64, 48, 40, "llvm -mcpu=haswell", True, {"tile": "4x24"}),
+    # enough work (> 2 x MIN_FLOPS_PER_THREAD) for the 2-thread runs to fork a team
+    (131, 150, 270, "llvm -mcpu=haswell", False, {"kc": 64, "mc": 24, "nc": 32}),
+    (131, 150, 270, "llvm", True, None),
 ])
 def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
     module, knobs = _build(m, n, k, target, dense, config)

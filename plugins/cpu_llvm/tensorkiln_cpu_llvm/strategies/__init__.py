@@ -5,9 +5,9 @@ Every tile size here is a knob whose analytic default comes from `host.cpu_facts
 host gets AVX2-shaped code, and the tuner can search the candidates:
 
     implementation               keys                          knobs
-    cpu_llvm.dense_ukernel       nn.dense (fp32, 2-D)          mc, kc (the packed micro-kernel, ukernel.py)
-    cpu_llvm.matmul_ukernel      nn.matmul (fp32, 2-D)         mc, kc
-    cpu_llvm.conv2d_nhwc_ukernel nn.conv2d NHWC 1x1 stride 1   rows, kc
+    cpu_llvm.dense_ukernel       nn.dense (fp32, 2-D)          mc, kc, nc, tile, pack_b (whole GEMM, ukernel.py)
+    cpu_llvm.matmul_ukernel      nn.matmul (fp32, 2-D)         mc, kc, nc, tile, pack_b
+    cpu_llvm.conv2d_nhwc_ukernel nn.conv2d NHWC 1x1 stride 1   rows, kc (where measured not slower)
     cpu_llvm.dense_split         nn.dense, one row              split, split_rows
     cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
     cpu_llvm.dense               tags dense, batch_matmul       row_block

@@ -1,18 +1,12 @@
-"""strategies/ukernel.py: dense, matmul and 1x1 NHWC conv2d on the packed GEMM micro-kernel.
+"""strategies/ukernel.py: dense and matmul as one whole-GEMM call, 1x1 NHWC conv2d on the packed micro-kernel.
 
-Each is computed as C[M, N] = A[M, K] @ B[K, N] with B packed per micro-kernel width
-into Bp[N / nr, K, nr] (stage T_gemm_pack, at run time: B is a kernel argument), and
-C's loop nest blocked and tensorized onto `sgemm_ukernel_packed` (intrinsics.py):
-
-    parallel for i.block in M / mc:                 # each thread owns mc rows of C
-      for k.outer in K / kc:                        # a kc x nr panel of Bp stays in L1
-        for j.outer in N / nr:
-          for i.tile in mc / mr:
-            sgemm_ukernel_packed(A[mr, kc], Bp[j.outer, kc, nr], C[mr, nr], accumulate = k.outer > 0)
-
-then the group's epilogue (bias, relu, residual add) runs over C, vectorized and parallel.
-
-- nn.dense (x[M, K] @ w[N, K].T), nn.matmul of 2-D operands;
+- nn.dense (x[M, K] @ w[N, K].T, M >= 4) and nn.matmul of 2-D operands (any M): C = A @ B
+  (T_gemm) is tensorized at its outermost axis onto one call of a GEMM specialised for the
+  shapes (sgemm.py via gemm_blocking.sgemm_intrinsic): cache blocks mc/kc/nc from the host's
+  caches, a register tile from its vector registers, B packed into nr-wide slivers (or read
+  in place for few rows), edge tiles masked, work items taken dynamically by the threads.
+  The call reads A and B where they are; the group's epilogue (bias, relu, residual add)
+  then runs over C, vectorized and parallel. Knobs: mc, kc, nc, tile, pack_b.
 - nn.conv2d NHWC / HWIO with stride 1 and one group, any kernel size, padding and
   dilation, without im2col: the register tile is mr output positions of one row x nr
   output channels, and for each kernel tap (ry, rx) the micro-kernel multiplies the
@@ -27,10 +21,9 @@ then the group's epilogue (bias, relu, residual add) runs over C, vectorized and
                                  accumulate = (ry, rx, c.outer) != 0)
           out[y, x.outer * mr : +mr, o.outer * nr : +nr] = epilogue(acc)    (vectorized)
 
-The register tile comes from the CPU: nr is two vectors, mr at most 8 rows with 32
-vector registers and 6 with 16 (host.cpu_facts); mr is the largest such divisor of M
-(the GEMM's rows, the conv's output width), down to 4, else the implementation does
-not apply. mc, kc and the conv's rows are knobs.
+  It is chosen only for 1x1 shapes where it measured not slower than the NHWC register tile
+  (conv_applies); its tile: nr two vectors, mr at most 8 rows with 32 vector registers and 6
+  with 16 (host.cpu_facts), the largest divisor of the output width down to 4. Knobs: rows, kc.
 """
 from __future__ import annotations
 
@@ -48,7 +41,6 @@ from . import gemm_blocking
 __all__ = ["ukernel_strategies", "gemm_applies", "UKERNEL_TAG", "tile_for_rows"]
 
 UKERNEL_TAG = "gemm_ukernel"
-PACK_TAG = "gemm_pack"
 CONV_PACK_TAG = "conv_weight_pack"
 MIN_ROWS = 4
 

@@ -1,0 +1,130 @@
+"""kernel_cache.py: cpu_llvm's compiled modules cached by a structural hash of their kernels, in memory and on disk.
+
+LLVM's optimisation and code generation are most of a cold compile. `LLVMEmitter.emit`
+looks its kernels up here first; the key is a SHA-256 over everything the object code
+depends on:
+
+- each kernel's printed tir (`tir.format_func`: names, buffers, loop nest) and the
+  source of every tensor intrinsic it calls;
+- the target string and its machine configuration (triple, CPU, features, opt level);
+- the versions of tensorkiln, llvmlite and LLVM, and a digest of this plugin's own
+  source files (a changed emitter never reuses an old object).
+
+Hits in this process come from memory (MEMORY_ENTRIES, least recently used dropped); other
+processes read `<directory>/<key>.json` plus `<key>.o`, written atomically (temporary file,
+then rename). The directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else
+~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off, and it is
+bypassed while LLVM remarks are asked for (they come from running LLVM).
+"""
+from __future__ import annotations
+
+import collections
+import functools
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Sequence
+
+__all__ = ["KernelCache", "kernel_cache", "cache_key", "CACHE_FORMAT"]
+
+CACHE_FORMAT = 1
+MEMORY_ENTRIES = 64
+
+
+@functools.cache
+def _plugin_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")) + sorted(Path(__file__).parent.glob("*.toml")):
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+@functools.cache
+def _versions() -> str:
+    import llvmlite
+    import llvmlite.binding as llvm
+
+    import tensorkiln
+    return f"{getattr(tensorkiln, '__version__', '?')}|{llvmlite.__version__}|{llvm.llvm_version_info}"
+
+
+def cache_key(funcs: Sequence, target, config, intrinsic_source: Callable[[object], str]) -> str:
+    """The SHA-256 (hex) of everything the module's object code depends on (see the module docstring)."""
+    from tensorkiln import tir
+
+    digest = hashlib.sha256()
+    digest.update(f"{CACHE_FORMAT}|{_versions()}|{_plugin_digest()}|{target}|{config}".encode())
+    for func in funcs:
+        digest.update(b"\0kernel\0" + tir.format_func(func).encode())
+        for name, intrin in sorted(func.tensor_intrinsics().items()):
+            digest.update(f"\0intrinsic {name}\0{intrinsic_source(intrin)}".encode())
+    return digest.hexdigest()
+
+
+class KernelCache:
+    """Compiled modules by key: {"source", "sources", "metadata"} (plain JSON data) plus the object bytes."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.memory: collections.OrderedDict[str, tuple[dict, bytes]] = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: str) -> tuple[dict, bytes] | None:
+        entry = self.memory.get(key)
+        if entry is None and self.directory is not None:
+            entry = self._read(key)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._remember(key, entry)
+        return entry
+
+    def put(self, key: str, record: dict, binary: bytes) -> None:
+        self._remember(key, (record, binary))
+        if self.directory is not None:
+            self._write(key, record, binary)
+
+    def _remember(self, key: str, entry: tuple[dict, bytes]) -> None:
+        self.memory[key] = entry
+        self.memory.move_to_end(key)
+        while len(self.memory) > MEMORY_ENTRIES:
+            self.memory.popitem(last=False)
+
+    def _read(self, key: str) -> tuple[dict, bytes] | None:
+        try:
+            record = json.loads((self.directory / f"{key}.json").read_text())
+            binary = (self.directory / f"{key}.o").read_bytes()
+        except (OSError, ValueError):
+            return None      # absent, or a damaged entry: compile again (and overwrite it)
+        if record.get("format") != CACHE_FORMAT:
+            return None
+        return record, binary
+
+    def _write(self, key: str, record: dict, binary: bytes) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            # the object first: a reader that finds the JSON finds a complete object beside it
+            for suffix, data in ((".o", binary), (".json", json.dumps({**record, "format": CACHE_FORMAT}).encode())):
+                handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}", suffix=suffix)
+                with os.fdopen(handle, "wb") as stream:
+                    stream.write(data)
+                os.replace(temporary, self.directory / f"{key}{suffix}")
+        except OSError:
+            pass             # a read-only or full disk costs the next process a compile, nothing else
+
+
+@functools.cache
+def _cache_for(directory: str | None) -> KernelCache:
+    return KernelCache(Path(directory) if directory else None)
+
+
+def kernel_cache() -> KernelCache | None:
+    """The process's cache per the environment (None when TENSORKILN_KERNEL_CACHE=0)."""
+    if os.environ.get("TENSORKILN_KERNEL_CACHE", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    root = os.environ.get("TENSORKILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tensorkiln")
+    return _cache_for(os.path.join(root, "cpu_llvm"))
