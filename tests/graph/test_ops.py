@@ -63,6 +63,30 @@ SAMPLES = {
     "layout_transform": ([f32(1, 16, 2, 3)], {"src_layout": "NCHW", "dst_layout": "NCHW8c"}),
     "image.resize": ([f32(1, 1, 3, 4)], {"size": (1, 1, 6, 5), "scales": (1.0, 1.0, 2.0, 1.25), "method": "linear"}),
 }
+
+
+def _control_flow_samples() -> dict:
+    """if, loop and scan with small closed bodies (graph/ops/control_flow.py)."""
+    def var(name, shape, dtype="float32"):
+        return graph.Var(name, TensorType(shape, dtype))
+
+    p, q = var("p", (2, 3)), var("q", (2, 3))
+    i, c, y = var("i", (), "int64"), var("c", (), "bool"), var("y", (2,))
+    s, x = var("s", (2,)), var("x", (2,))
+    one = graph.const(np.float32(1))
+    return {
+        "if": ([np.array(True), f32(2, 3)], {"then_branch": graph.Function((p,), graph.call("exp", p)),
+                                             "else_branch": graph.Function((q,), graph.call("negative", q))}),
+        "loop": ([np.array(3, "int64"), np.array(True), f32(2)],
+                 {"body": graph.Function((i, c, y), graph.tuple_(c, y + one, y * y)), "num_carried": 1,
+                  "max_trip_count": 3}),
+        "scan": ([f32(2), f32(4, 2)], {"body": graph.Function((s, x), graph.tuple_(s + x, s * x)), "num_states": 1,
+                                       "input_axes": (0,), "input_directions": (1,), "output_axes": (0,),
+                                       "output_directions": (0,)}),
+    }
+
+
+SAMPLES.update(_control_flow_samples())
 _BOOL_BINARY = {"logical_and", "logical_or", "logical_xor"}
 _INT_BINARY = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 
