@@ -87,6 +87,7 @@ def _applicability(op_name: str, dtype: str, variant: int, seed: int, predicates
 
 def checks(target: Any, options: KitOptions) -> list[Check]:
     import tensorkiln.ops  # noqa: F401  (attaches te computes to the registry)
+    from ...graph.ops.control_flow import is_control_flow
     from ...graph.registry import list_ops
 
     claimed_dtypes = [d for d in target.capabilities.dtypes if options.dtypes is None or d in options.dtypes]
@@ -95,6 +96,8 @@ def checks(target: Any, options: KitOptions) -> list[Check]:
     found: list[Check] = []
     for op in list_ops():
         if options.ops is not None and op.name not in options.ops:
+            continue
+        if is_control_flow(op):   # no kernel: the executor runs it around compiled bodies
             continue
         if not target.manifest.ops.claims(op.name):
             continue
