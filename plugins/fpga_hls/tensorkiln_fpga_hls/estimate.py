@@ -23,7 +23,8 @@ from typing import Any
 from tensorkiln import tir
 from tensorkiln.ir.dtypes import dtype_of
 
-__all__ = ["estimate_kernel", "systolic_resources", "Cost", "OPERATORS", "M_AXI_ADAPTER"]
+__all__ = ["estimate_kernel", "systolic_resources", "min_ii_for_ports", "count_nodes", "Cost", "OPERATORS",
+           "M_AXI_ADAPTER"]
 
 
 @dataclass(frozen=True)
@@ -263,6 +264,12 @@ def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> 
         else:                # BRAM: two ports shared by reads and writes
             bound = max(bound, math.ceil((reads.get(name, 0) + writes.get(name, 0)) / 2))
     return bound
+
+
+def count_nodes(root, predicate) -> int:
+    """How many nodes under `root` satisfy `predicate`, counting a shared subexpression once per
+    place it is used (visitors that remember visited nodes count it once; C text repeats it)."""
+    return int(bool(predicate(root))) + sum(count_nodes(child, predicate) for child in _children(root))
 
 
 def _children(node) -> list:

@@ -72,16 +72,17 @@ def _stream_epilogue(s: te.Schedule) -> bool:
 def _reads_in_order(consumer, producer) -> bool:
     """Whether `consumer` reads `producer` once per element, at its own loop indices, in its order:
     what a FIFO between them allows (a transpose or `x * sigmoid(x)` epilogue does not)."""
-    from tensorkiln.tir.visit import rewrite
+    from .estimate import count_nodes
     reads = []
 
-    def collect(node):
+    def producer_read(node) -> bool:
         if isinstance(node, te.TensorRead) and node.tensor.op is producer.op:
             reads.append(node)
-        return None
-    rewrite(consumer.op.body, pre=collect)
+            return True
+        return False
+    count_nodes(consumer.op.body, producer_read)
     axes = [iv.var for iv in consumer.op.axis]
-    return (len(reads) == 1 and tuple(consumer.op.axis[i].dom.extent for i in range(len(axes))) ==
+    return (len(reads) == 1 and tuple(iv.dom.extent for iv in consumer.op.axis) ==
             tuple(iv.dom.extent for iv in producer.op.axis) and len(reads[0].indices) == len(axes)
             and all(index is var for index, var in zip(reads[0].indices, axes)))
 
@@ -92,7 +93,13 @@ def schedule_pipelined(outputs, target, config) -> te.Schedule:
     The requested II (reuse_factor) is raised to what the memory ports allow, found by lowering
     the schedule once: a default that the pragma linter would refuse is no default."""
     first, requested = _pipelined(outputs, target, config)
-    bounds = _port_bounds(first, outputs)
+    func = _lowered(first, outputs)
+    if first.is_dataflow and not _streams_once(func):
+        # lowering duplicated a read of the stream (pow(x, 0.75) -> sqrt(x) * sqrt(sqrt(x))): keep the array
+        config = {**config, "stream_epilogue": 0}
+        first, requested = _pipelined(outputs, target, config)
+        func = _lowered(first, outputs)
+    bounds = _port_bounds(func)
     if len(bounds) != len(requested) or all(b <= ii for b, ii in zip(bounds, requested)):
         return first
     return _pipelined(outputs, target, config, [max(b, ii) for b, ii in zip(bounds, requested)])[0]
@@ -123,12 +130,8 @@ def _pipelined(outputs, target, config, iis=None) -> tuple[te.Schedule, list[int
     return s, requested
 
 
-def _port_bounds(s: te.Schedule, outputs) -> list[int]:
-    """The memory-port II bound of each pipelined loop of `s`, in the order they are lowered."""
-    from tensorkiln import tir
-    from tensorkiln.tir.visit import post_order_visit
-
-    from .estimate import min_ii_for_ports
+def _lowered(s: te.Schedule, outputs):
+    """`s` lowered with the group's placeholders and outputs as parameters."""
     outputs = [outputs] if isinstance(outputs, te.Tensor) else list(outputs)
     placeholders, seen, stack = [], set(), list(outputs)
     while stack:
@@ -137,7 +140,27 @@ def _port_bounds(s: te.Schedule, outputs) -> list[int]:
             if source.op not in seen:
                 seen.add(source.op)
                 (placeholders.append(source) if isinstance(source.op, te.PlaceholderOp) else stack.append(source))
-    func = te.lower(s, [*placeholders, *outputs])
+    return te.lower(s, [*placeholders, *outputs])
+
+
+def _streams_once(func) -> bool:
+    """Whether each stream of the lowered `func` is written by one store and read by one load."""
+    from tensorkiln import tir
+
+    from .estimate import count_nodes
+    for name, _ in func.attr("stream") or ():
+        for kind in (tir.Load, tir.Store):
+            if count_nodes(func.body, lambda x, kind=kind: isinstance(x, kind) and x.buffer.name == name) != 1:
+                return False
+    return True
+
+
+def _port_bounds(func) -> list[int]:
+    """The memory-port II bound of each pipelined loop of the lowered `func`, in lowering order."""
+    from tensorkiln import tir
+    from tensorkiln.tir.visit import post_order_visit
+
+    from .estimate import min_ii_for_ports
     params = {p.name for p in func.params if isinstance(p, tir.Buffer)}
     loops: list = []
     post_order_visit(func.body, lambda x: loops.append(x) if isinstance(x, tir.For)

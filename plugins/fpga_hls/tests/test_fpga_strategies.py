@@ -114,3 +114,19 @@ def test_epilogue_streams_only_when_it_reads_in_order_once(epilogue, reference, 
     out = np.zeros(8, np.float32)
     f(x, out)
     np.testing.assert_allclose(out, reference(x.sum(axis=1)), rtol=1e-5, atol=1e-6)
+
+
+def test_lrn_keeps_its_array_when_lowering_reads_the_sum_twice():
+    """LRN's pow(b, 0.75) lowers to sqrt(b) * sqrt(sqrt(b)): two reads of the sum, so no FIFO."""
+    import onnxruntime as ort
+    graph = helper.make_graph(
+        [helper.make_node("LRN", ["x"], ["y"], size=5, alpha=1e-4, beta=0.75, bias=1.0)], "lrn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 16, 6, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 6, 6])])
+    model = helper.make_model(graph)
+    model.opset_import[0].version = 13
+    lib = tk.compile(model, target="fpga_hls")
+    assert "DATAFLOW" not in next(iter(lib.artifacts.values())).source
+    x = np.random.default_rng(0).standard_normal((1, 16, 6, 6)).astype(np.float32)
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(lib(x), expected, rtol=1e-5, atol=1e-6)
