@@ -101,6 +101,11 @@ class _ExecutionState:
                                          f"(kernel {step.kernel}); onnxruntime refuses it too")
 
 
+def _has_thread_setting(compiled, target: str) -> bool:
+    """Whether `target`'s loaded module has a thread setting (native modules with parallel loops)."""
+    return callable(getattr(compiled.loaded_module(target), "get_num_threads", None))
+
+
 class GraphExecutor:
     """Executes a CompiledModel's plan: `run_with(inputs)` from any thread, or the stateful
     `set_input`, `run`, `get_output` (TVM's API) from one thread at a time."""
@@ -115,6 +120,8 @@ class GraphExecutor:
         self._functions = [host_step(programs[step.kernel], self.loaders[step.target]) if step.kernel in programs
                            else compiled.loaded_module(step.target).get_function(step.kernel)
                            for step in self.plan.steps]
+        self._thread_settings = [compiled.loaded_module(t) for t in sorted({s.target for s in self.plan.steps})
+                                 if _has_thread_setting(compiled, t)] if self.plan.concurrent_levels else []
         self.arena_sizes: dict[str, int] = {}
         for storage in self.plan.storages:
             self.arena_sizes[storage.target] = max(self.arena_sizes.get(storage.target, 0),
@@ -232,7 +239,7 @@ class GraphExecutor:
             self._functions[index](*state.step_args[index])
             times[index] = time.perf_counter() - start
 
-        levels = self.plan.concurrent_levels if self.concurrent else ()
+        levels = self.plan.concurrent_levels if self.concurrent and self.overlap_width() > 1 else ()
         if not levels:
             levels = tuple((index,) for index in range(len(self.plan.steps)))
         for level in levels:
@@ -246,6 +253,19 @@ class GraphExecutor:
             for future in futures:
                 future.result()  # re-raises the first kernel error after the level finished
         self.last_step_times = times
+
+    def overlap_width(self) -> int:
+        """How many kernels of a concurrent level may run at once: the cores each kernel's own
+        parallel loops leave free (its module's thread setting; 0 = all cores). Overlapping pays
+        only there: measured on 2 cores, squeezenet ran 14% faster with overlapped levels at 1 thread
+        per kernel and 14% slower at 2, where two kernels on all cores oversubscribe them."""
+        cores = os.cpu_count() or 1
+        per_kernel = 1
+        for module in self._thread_settings:
+            count = module.get_num_threads()
+            if count is not None:
+                per_kernel = max(per_kernel, count if count > 0 else cores)
+        return max(1, cores // per_kernel)
 
     def _steps_pool(self):
         with self._setup_lock:
