@@ -31,3 +31,16 @@ def tensorkiln_intrinsics(target):
         return []
     from .intrinsics import cuda_intrinsics
     return cuda_intrinsics(target)
+
+
+def _topk_elsewhere(call):
+    return ("serial_topk: the SDK GPU library runs topk's shared ranking stage on one thread "
+            "(tensorkiln.sdk.schedules.gpu), and its lowering takes minutes even at 3x12; the CPU runs it")
+
+
+@hookimpl
+def tensorkiln_supported_ops(target):
+    """Ops the manifest claims ("*") that this plugin sends elsewhere, with the reason."""
+    if not _ours(target):
+        return {}
+    return {"topk": _topk_elsewhere}
