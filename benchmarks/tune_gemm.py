@@ -148,7 +148,7 @@ def main() -> None:
         replay(args)
     elif not args.compare_only:
         run_and_compare(args)
-    if args.compare:
+    if args.compare and not args.replay:
         checkpoints = [c for c in (4, 8, 16, 24, 32, 48, 64, 96, 128) if c <= args.compare_trials]
         print(f"best cost (ms) after {checkpoints} trials, equal trials per strategy:")
         for seed in range(args.seeds):          # alternately: both strategies see the same load
