@@ -41,7 +41,7 @@ CREATE TABLE IF NOT EXISTS records (
     config             TEXT    NOT NULL,  -- JSON object: knob name -> value
     trace              TEXT    NOT NULL,  -- JSON list: the te schedule trace (te.trace.to_json)
     status             TEXT    NOT NULL,  -- ok, invalid, build_error, run_error, timeout, wrong_output, ...
-    cost               REAL,              -- seconds per call (fastest repeat); NULL without a measurement
+    cost               REAL,              -- seconds per call (fastest sample); NULL without a measurement
     costs              TEXT    NOT NULL,  -- JSON list: mean seconds per call of each repeat
     error              TEXT    NOT NULL,  -- why there is no cost ('' when there is)
     features           TEXT    NOT NULL,  -- JSON object: loop features, knob and workload features

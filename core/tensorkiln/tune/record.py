@@ -30,7 +30,7 @@ UNCONFIRMED = "unconfirmed"      # looked fastest but was not measured again bes
 class MeasureResult:
     config: dict
     status: str = OK
-    cost: float | None = None          # seconds per call, fastest repeat (OK and DUPLICATE only)
+    cost: float | None = None          # seconds per call, fastest sample (OK and DUPLICATE only)
     costs: tuple = ()                  # each repeat's mean seconds per call
     error: str = ""                    # why it has no cost
     digest: str = ""                   # hash of the compiled binary
