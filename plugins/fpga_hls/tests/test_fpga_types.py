@@ -80,6 +80,7 @@ def test_csimulation_rounds_and_saturates_like_the_quantiser(modes):
         np.testing.assert_array_equal(got, expected.astype(np.float32), err_msg=f"{q}, {o}")
 
 
+@pytest.mark.slow   # ~10 s of g++ for its two ap_fixed types; the conv test below covers the default run
 def test_fixed_point_matmul_is_bit_exact(matmul):
     a, b, c = matmul(32, 24, 40)
     s = te.create_schedule(c.op)
