@@ -82,6 +82,10 @@ class WriteCheckedKernel(KernelFunction):
         check_writable(self.signature, self._positions, args)
         self.kernel(*args)
 
+    def bind(self, *args: Any):
+        check_writable(self.signature, self._positions, args)
+        return self.kernel.bind(*args)
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kernel, name)
 

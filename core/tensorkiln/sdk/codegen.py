@@ -14,8 +14,9 @@ Both are plain classes; a plugin hands instances to the core through its
 from __future__ import annotations
 
 import abc
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 __all__ = ["ParamSpec", "KernelSignature", "Artifact", "Emitter", "RuntimeLoader", "LoadedModule",
            "KernelFunction", "signature_of"]
@@ -96,6 +97,15 @@ class KernelFunction(abc.ABC):
 
     @abc.abstractmethod
     def __call__(self, *args: Any) -> None: ...
+
+    def bind(self, *args: Any) -> Callable[[], None]:
+        """A call of this kernel on `args` that can be made again and again.
+
+        The executor binds each step once per execution state (its arguments are the same
+        arrays every run), so a loader may check and pack the arguments here, once, instead
+        of at every launch. The default binds nothing in advance.
+        """
+        return functools.partial(self, *args)
 
 
 class LoadedModule(abc.ABC):
