@@ -21,7 +21,7 @@ from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.sdk import Artifact
 
 from .arch import architecture, check_kernel, check_resources
-from .nvrtc import compile_cuda, nvrtc_version
+from .nvrtc import cached_nvrtc_version, compile_cuda
 
 __all__ = ["compile_artifact", "resolve_arch", "FALLBACK_PTX_ARCH"]
 
@@ -67,7 +67,7 @@ def compile_artifact(artifact: Artifact, target: Any) -> Artifact:
             resources[name] = reported
             info["estimate"] = {"arch": arch_name, **reported}   # lib.summary()["estimates"] lists it per kernel
     metadata = {**artifact.metadata, "kernels": kernels, "arch": arch_name, "binary_format": result.format,
-                "nvrtc_version": nvrtc_version(), "resources": resources}
+                "nvrtc_version": cached_nvrtc_version(), "resources": resources}
     return dataclasses.replace(artifact, binary=result.binary, metadata=metadata,
                                sources={**artifact.sources, "ptxas_log": result.log})
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from tensorkiln.ir.errors import CompileError
 
-__all__ = ["CompileResult", "compile_cuda", "cache_dir", "nvrtc_version", "include_dirs", "parse_ptxas_log",
+__all__ = ["CompileResult", "compile_cuda", "cache_dir", "nvrtc_version", "cached_nvrtc_version", "include_dirs", "parse_ptxas_log",
            "numbered_excerpt"]
 
 
@@ -58,6 +58,29 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
+_VERSION_FILE = "nvrtc_version.txt"
+
+
+def cached_nvrtc_version() -> str:
+    """The NVRTC version in cache keys. A machine without NVRTC (a GPU host given a prebuilt cache) uses
+    the version the cache was built with, recorded beside it: cached CUBINs load, anything else fails
+    to compile with the reason."""
+    recorded = cache_dir() / _VERSION_FILE
+    try:
+        version = nvrtc_version()
+    except CompileError:
+        if recorded.exists():
+            return recorded.read_text().strip()
+        raise
+    try:
+        if not recorded.exists():
+            cache_dir().mkdir(parents=True, exist_ok=True)
+            recorded.write_text(version)
+    except OSError:
+        pass
+    return version
+
+
 def include_dirs() -> list[str]:
     """Header folders of the nvidia-cuda-runtime / nvidia-cuda-crt wheels (cuda_fp16.h, mma.h, crt/)."""
     found = []
@@ -85,7 +108,7 @@ def compile_cuda(source: str, arch: str, fast_math: bool = False, extra_options:
                  compiler: str = "nvrtc", name: str = "kernels.cu", use_cache: bool = True) -> CompileResult:
     """Compile `source` for `arch` ("sm_90a" -> CUBIN, "compute_80" -> PTX); CompileError on failure."""
     options = _options(arch, fast_math, tuple(extra_options))
-    version = nvrtc_version() if compiler == "nvrtc" else _nvcc_version()
+    version = cached_nvrtc_version() if compiler == "nvrtc" else _nvcc_version()
     key = hashlib.sha256("\0".join([source, arch, compiler, version, *options]).encode()).hexdigest()
     cached = _read_cache(key) if use_cache else None
     if cached is not None:

@@ -73,8 +73,13 @@ class CUDALoader(RuntimeLoader):
                 f"(-device=cpu_shim, the default here); GPU runs need a driver: {status.reason}")
 
     def describe_device(self, target: Any = None) -> str:
+        from tensorkiln.ir.errors import CompileError
+
         from .nvrtc import nvrtc_version
-        compile_part = f"compile: NVRTC {nvrtc_version()} -> CUBIN (sm_80, sm_89, sm_90, sm_90a)"
+        try:
+            compile_part = f"compile: NVRTC {nvrtc_version()} -> CUBIN (sm_80, sm_89, sm_90, sm_90a)"
+        except CompileError:
+            compile_part = "compile: no NVRTC here (CUBINs from the cache only)"
         mode = self.mode(target)
         if mode == CPU_SHIM:
             status = driver_status()

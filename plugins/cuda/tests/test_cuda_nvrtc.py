@@ -107,3 +107,20 @@ def test_records_differ_where_the_hardware_does():
         < architecture("sm_90").max_dynamic_shared_bytes
     assert "wgmma" in architecture("sm_90a").intrinsics and "wgmma" not in architecture("sm_90").intrinsics
     assert "float8_e4m3fn" in architecture("sm_89").dtypes and "float8_e4m3fn" not in architecture("sm_80").dtypes
+
+
+def test_a_prebuilt_cache_serves_a_machine_without_nvrtc(tmp_path, monkeypatch):
+    """scripts/gpu_check.sh carries the cache to a GPU host that may lack the NVRTC wheel."""
+    from tensorkiln_cuda import nvrtc
+    monkeypatch.setenv("TENSORKILN_CUDA_CACHE", str(tmp_path))
+    source = 'extern "C" __global__ void k(float* a) { a[threadIdx.x] += 1.0f; }\n'
+    built = compile_cuda(source, "sm_90")
+    assert (tmp_path / "nvrtc_version.txt").read_text() == nvrtc.nvrtc_version()
+
+    def missing():
+        raise CompileError("cuda: NVRTC is not importable (test)")
+    monkeypatch.setattr(nvrtc, "_nvrtc", missing)
+    again = compile_cuda(source, "sm_90")
+    assert again.cached and again.binary == built.binary
+    with pytest.raises(CompileError, match="NVRTC is not importable"):
+        compile_cuda(source.replace("1.0f", "2.0f"), "sm_90")
