@@ -54,7 +54,10 @@ def _nvrtc():
 
 
 def nvrtc_version() -> str:
-    _, major, minor = _nvrtc().nvrtcVersion()
+    try:
+        _, major, minor = _nvrtc().nvrtcVersion()
+    except (RuntimeError, OSError) as error:   # the bindings are there but libnvrtc is not
+        raise CompileError(f"cuda: NVRTC does not load ({error}); run `pip install -e plugins/cuda`") from None
     return f"{major}.{minor}"
 
 
