@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range
+from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block
 from .ukernels import F32, F32_PTR, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k
 
 __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
@@ -341,9 +341,8 @@ def sgemm_source(plan: GemmPlan) -> str:
     if pack is None:
         packed = b
     else:
-        aligned_alloc = declare(module, "aligned_alloc", PTR, [I64, I64])
         nbytes = -(-plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
-        raw = builder.call(aligned_alloc, [I64(ALIGNMENT), I64(nbytes)], name="Bp")
+        raw, release = reused_heap_block(builder, I64(nbytes), f"{plan.symbol}.Bp")
         packed = builder.bitcast(raw, F32_PTR)
     for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0))):
         builder.store(value, _field(builder, closure, field))
@@ -364,7 +363,7 @@ def sgemm_source(plan: GemmPlan) -> str:
             gomp_parallel = declare(module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
             builder.call(gomp_parallel, [builder.bitcast(worker, PTR), builder.bitcast(closure, PTR), threads, I32(0)])
     if pack is not None:
-        builder.call(declare(module, "free", VOID, [PTR]), [raw])
+        release()
     builder.ret_void()
     return str(module)
 

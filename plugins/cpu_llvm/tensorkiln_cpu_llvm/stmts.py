@@ -23,7 +23,8 @@ from tensorkiln import tir
 from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.ir.errors import CompileError
 
-from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, lanes_of, memory_type, splat, value_type
+from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, lanes_of, memory_type,
+                      reused_heap_block, splat, value_type)
 from .exprs import ExprCodegen
 
 __all__ = ["FunctionCodegen", "STACK_BYTES_LIMIT", "UNROLL_INLINE_LIMIT", "UNROLL_PARTIAL_COUNT", "NUM_THREADS_GLOBAL"]
@@ -156,13 +157,11 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         nbytes = self.builder.mul(count, I64(element_bytes))
         # aligned_alloc wants a multiple of the alignment
         rounded = self.builder.and_(self.builder.add(nbytes, I64(HEAP_ALIGNMENT - 1)), I64(-HEAP_ALIGNMENT))
-        aligned_alloc = declare(self.module, "aligned_alloc", PTR, [I64, I64])
-        free = declare(self.module, "free", VOID, [PTR])
-        raw = self.builder.call(aligned_alloc, [I64(HEAP_ALIGNMENT), rounded], name=buffer.name)
+        raw, release = reused_heap_block(self.builder, rounded, f"{self.function.name}.{buffer.name}")
         self.buffers[buffer] = self.builder.bitcast(raw, element_type.as_pointer())
         self.stmt(node.body)
         del self.buffers[buffer]
-        self.builder.call(free, [raw])
+        release()
 
     # -- loops --------------------------------------------------------------------------------
 

@@ -70,3 +70,26 @@ def test_an_unknown_affinity_is_a_clear_error(monkeypatch):
     monkeypatch.setenv("TENSORKILN_THREAD_AFFINITY", "sideways")
     with pytest.raises(tk.ir.TensorkilnError, match="TENSORKILN_THREAD_AFFINITY='sideways': use one of"):
         _apply_affinity()
+
+
+def test_a_kernel_reusing_its_heap_block_is_safe_to_call_from_several_threads_at_once():
+    """A large intermediate lives in a heap block kept between calls (cgutils.reused_heap_block); a call
+    that finds it busy allocates its own, so concurrent calls never share scratch memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    a = te.placeholder((256, 256), name="a")
+    doubled = te.compute((256, 256), lambda i, j: a[i, j] * 2.0, name="doubled")      # 256 KiB: on the heap
+    b = te.compute((256, 256), lambda i, j: doubled[j, i] + a[i, j], name="b")
+    s = te.create_schedule(b.op)
+    module = tk.build(s, [a, b], target="llvm", name="scratch")
+    assert "scratch.impl.doubled.block" in module.get_source("llvm-unoptimized")
+    inputs = [np.random.default_rng(seed).standard_normal((256, 256), dtype=np.float32) for seed in range(8)]
+
+    def run(x):
+        out = np.empty_like(x)
+        for _ in range(20):
+            module(x, out)
+            np.testing.assert_allclose(out, x.T * 2.0 + x, rtol=1e-6)
+        return True
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(run, inputs))
