@@ -10,7 +10,7 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
 - kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
-- pack_b: copy B into slivers when more than 8 row tiles reuse each, else read it in place;
+- pack_b: copy B into slivers when more than 64 rows reuse each, else read it in place;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out.
 
@@ -117,14 +117,15 @@ def gemm_space(m: int, n: int, k: int, target) -> TuningSpace:
                         Knob("pack_b", (True, False), _packs_b(m, tile))))
 
 
-PACK_ABOVE_ROW_TILES = 8
-"""Row tiles from which copying B into slivers pays: measured (1 thread, AVX-512) in place 1.2-1.5x faster
-at M = 49 and 64 (7 and 8 row tiles), the copy 1.1x faster at M = 196 (28)."""
+PACK_ABOVE_ROWS = 64
+"""Rows of A from which copying B into slivers pays (measured, 1 thread, CPU time): in place 1.2-1.5x
+faster at M = 49 and 64 on AVX-512 (7x32 and 8x32 tiles) and 1.03-1.15x on AVX2 (5x16, 6x16); the copy
+1.1x faster at M = 196 on AVX-512 (about even on AVX2)."""
 
 
 def _packs_b(m: int, tile: GemmTile) -> bool:
-    """Pack B when more than PACK_ABOVE_ROW_TILES row tiles reuse each sliver; fewer read it in place."""
-    return -(-m // tile.mr) > PACK_ABOVE_ROW_TILES
+    """Pack B when more than PACK_ABOVE_ROWS rows reuse each sliver; fewer read it in place."""
+    return m > PACK_ABOVE_ROWS
 
 
 def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str) -> GemmPlan:
