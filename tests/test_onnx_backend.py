@@ -101,7 +101,7 @@ def test_standard_protocol_does_not_regress():
 
 
 def test_records_are_consistent():
-    for path, protocol in ((STANDARD_RECORD, "standard"),):
+    for path, protocol in ((RECORD, "runner"), (STANDARD_RECORD, "standard")):
         recorded = json.loads(path.read_text())
         counts = recorded["counts"]["all"]
         assert recorded["protocol"] == protocol
