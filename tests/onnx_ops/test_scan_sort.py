@@ -83,7 +83,8 @@ def _loop_iterations(op: str, shape, attrs) -> int:
 
         def visit_Store(self, s):
             nonlocal total
-            total += self.extent
+            if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):   # a reduction's initial value is no work
+                total += self.extent
     Count().visit_stmt(func.body)
     return total
 

@@ -9,11 +9,12 @@ from ..graph.ops.sampling import ArrayMath, axis_coordinate, coordinate_taps, ta
 from ..tir import nodes as n
 from . import tags
 from ._common import select
+from .scan import stored_stage
 
 __all__ = ["grid_sample"]
 
-_COORDINATES = "float32"
-COORDINATES_TAG = "grid_coordinates"   # not injective: schedules compute it at the root, never inline   # as onnx's reference: coordinates in float32 whatever the data type
+_COORDINATES = "float32"   # as onnx's reference: coordinates in float32 whatever the data type
+COORDINATES_TAG = "grid_coordinates"
 
 TE_MATH = ArrayMath(
     floor=te.floor, rint=te.round, where=select, to_int=lambda v: te.cast(v, "int32"),
@@ -36,7 +37,7 @@ def grid_sample(inputs, attrs, out_type):
         def body(batch, *where):
             g = te.cast(grid[(batch, *where, spatial - 1 - axis)], _COORDINATES)
             return axis_coordinate(TE_MATH, g, size, attrs)
-        return te.compute(points, body, name=f"T_grid_sample_position{axis}", tag=COORDINATES_TAG)
+        return stored_stage(points, body, f"T_grid_sample_position{axis}", COORDINATES_TAG)
     positions = [position_stage(axis) for axis in range(spatial)]
 
     def body(batch, channel, *where):

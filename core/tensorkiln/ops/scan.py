@@ -21,7 +21,19 @@ from ..tir import nodes as n
 from . import tags
 from ._common import accumulate_dtype, const_like, normalize_axis, select
 
-__all__ = ["cumsum", "cumprod", "inclusive_scan"]
+__all__ = ["cumsum", "cumprod", "inclusive_scan", "stored_stage"]
+
+
+def stored_stage(shape, body, name: str, tag: str) -> te.Tensor:
+    """A stage that schedules keep in a buffer instead of inlining into its readers.
+
+    Schedules inline stages that are not reductions (the GPU schedule every one of them); a scan
+    or sorting-network stage reads the one below two or more times per element, so inlined they
+    would expand exponentially. A product over a single element is the value itself (exact for
+    -0.0, NaN and inf) and makes the stage a reduction, which every schedule stores.
+    """
+    one = te.reduce_axis((0, 1), name="one")
+    return te.compute(shape, lambda *i: te.prod(body(*i), axis=one), name=name, tag=tag)
 
 
 def _at(index: tuple, axis: int, position) -> tuple:
@@ -37,7 +49,7 @@ def inclusive_scan(read: Callable, shape: tuple, axis: int, combine: Callable, i
     `combine` must be associative; `identity` is its neutral element (0 for +, 1 for *).
     """
     size = int(shape[axis])
-    levels = [te.compute(shape, lambda *i: read(i), name=f"{name}_level0", tag=tags.SCAN)]
+    levels = [stored_stage(shape, lambda *i: read(i), f"{name}_level0", tags.SCAN)]
     sizes = [size]
     while sizes[-1] > 1:
         below, count = levels[-1], sizes[-1]
@@ -49,7 +61,7 @@ def inclusive_scan(read: Callable, shape: tuple, axis: int, combine: Callable, i
             right_index = te.min(2 * j[axis] + 1, count - 1)
             right = select(2 * j[axis] + 1 < count, below[_at(j, axis, right_index)], const_like(identity, dtype))
             return combine(left, right)
-        levels.append(te.compute(_at(shape, axis, half), pair, name=f"{name}_level{len(levels)}", tag=tags.SCAN))
+        levels.append(stored_stage(_at(shape, axis, half), pair, f"{name}_level{len(levels)}", tags.SCAN))
         sizes.append(half)
     prefix = levels[-1]
     for depth in range(len(levels) - 2, -1, -1):
@@ -61,7 +73,7 @@ def inclusive_scan(read: Callable, shape: tuple, axis: int, combine: Callable, i
             before = above[_at(i, axis, te.max(position // 2 - 1, 0))]
             even = select(position > 0, combine(before, level[i]), level[i])
             return select(odd, above[_at(i, axis, position // 2)], even)
-        prefix = te.compute(_at(shape, axis, sizes[depth]), down, name=f"{name}_prefix{depth}", tag=tags.SCAN)
+        prefix = stored_stage(_at(shape, axis, sizes[depth]), down, f"{name}_prefix{depth}", tags.SCAN)
     return prefix
 
 

@@ -27,6 +27,7 @@ from ..ir.dtypes import dtype_of
 from ..tir import nodes as n
 from . import tags
 from ._common import normalize_axis, select
+from .scan import stored_stage
 
 __all__ = ["topk"]
 
@@ -69,7 +70,7 @@ class _Network:
 
     def stage(self, shape: tuple, body) -> te.Tensor:
         self.count += 1
-        return te.compute(shape, body, name=f"T_topk_stage{self.count}", tag=tags.SORT)
+        return stored_stage(shape, body, f"T_topk_stage{self.count}", tags.SORT)
 
     # Run lengths and distances are powers of two, so positions split with bit operations:
     # `position & distance` is bit log2(distance) of the position, `position ^ distance` its partner.
