@@ -90,9 +90,10 @@ def test_ops_unsupported_inside_a_function_body_are_listed():
 
 
 def test_op_without_converter_or_function_stays_unsupported():
-    nodes = [helper.make_node("GridSample", ["x", "g"], ["y"], name="gs")]
-    model = _model(nodes, [_info("x", [1, 1, 4, 4]), _info("g", [1, 2, 2, 2])], [_info("y", None)])
-    with pytest.raises(UnsupportedOpError, match=r"unsupported op type\(s\): GridSample \(nodes: gs\)"):
+    nodes = [helper.make_node("RoiAlign", ["x", "rois", "i"], ["y"], name="ra")]
+    model = _model(nodes, [_info("x", [1, 1, 4, 4]), _info("rois", [2, 4]), _info("i", [2], TensorProto.INT64)],
+                   [_info("y", None)])
+    with pytest.raises(UnsupportedOpError, match=r"unsupported op type\(s\): RoiAlign \(nodes: ra\)"):
         from_onnx(model)
 
 
