@@ -197,14 +197,20 @@ def main() -> None:
             for name, run in runs.items():
                 if not name.endswith("naive"):
                     run()  # warm up: thread pools start, pages fault in
-            # interleave the rows, so that load from other processes hits all of them alike
-            for _ in range(args.repeat):
-                for name, run in runs.items():
-                    if name.endswith("naive") and len(seconds[name]) >= 3:
-                        continue  # seconds per call: three repeats are enough
-                    wall, cpu = seconds_per_call(run, 1 if name.endswith("naive") else 3)
+            # naive takes seconds per call: three calls, apart (run between the others, it slowed the
+            # next rows by half, measured in CPU time)
+            for name in [n for n in runs if n.endswith("naive")]:
+                for _ in range(3):
+                    wall, cpu = seconds_per_call(runs[name], 1)
                     seconds[name].append(wall)
                     cpu_seconds[name].append(cpu)
+            # interleave the other rows, so that load from other processes hits all of them alike
+            for _ in range(args.repeat):
+                for name, run in runs.items():
+                    if not name.endswith("naive"):
+                        wall, cpu = seconds_per_call(run, 3)
+                        seconds[name].append(wall)
+                        cpu_seconds[name].append(cpu)
         numpy_s = statistics.median(seconds["numpy (OpenBLAS)"])
         numpy_cpu = statistics.median(cpu_seconds["numpy (OpenBLAS)"])
         print(f"\n{setting}: median of {args.repeat} interleaved repeats (naive: 3); ratios to numpy in wall "
