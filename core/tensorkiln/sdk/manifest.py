@@ -43,6 +43,8 @@ SCHEDULE_PRIMITIVES = (
     # spatial (FPGA HLS) primitives: loop pipelining and the memory of a dataflow design
     "pipeline", "loop_tripcount", "partition", "stream", "dataflow",
 )
+SPATIAL_PRIMITIVES = ("pipeline", "loop_tripcount", "partition", "stream", "dataflow")
+"""Primitives a target claims only by listing them: the default claim leaves them (and bind) out."""
 MEMORY_SCOPES = ("global", "shared", "local")
 DEVICE_KINDS = ("cpu", "gpu", "fpga", "accelerator", "simulator")
 
@@ -117,7 +119,8 @@ class Capabilities(_Strict):
     max_shared_memory_bytes: int = Field(default=0, ge=0)
     memory_scopes: tuple[str, ...] = ("global",)
     thread_axes: tuple[str, ...] = Field(default=(), description="bindable axes, e.g. 'blockIdx.x', 'threadIdx.x'")
-    schedule_primitives: tuple[str, ...] = tuple(p for p in SCHEDULE_PRIMITIVES if p != "bind")
+    schedule_primitives: tuple[str, ...] = tuple(p for p in SCHEDULE_PRIMITIVES
+                                                 if p != "bind" and p not in SPATIAL_PRIMITIVES)
     concurrent_kernels: bool = Field(default=False, description="independent kernels may run at the same time")
     export_library: bool = Field(default=False, description="compiled modules can be written as a loadable library")
 
