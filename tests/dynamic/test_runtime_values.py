@@ -146,3 +146,17 @@ def test_dropout_training_mode_from_an_input():
         assert mask.all()
     with pytest.raises(UnsupportedOpError, match="random mask"):
         lib.run({"x": X, "ratio": np.array(0.5, np.float32), "training": np.array(True)})
+
+
+@pytest.mark.parametrize("op", ["HannWindow", "BlackmanWindow"])
+def test_window_size_from_an_input_with_schema_default_attributes(op):
+    """The window length is a graph input (specialised on), and the function body's @periodic and
+    @output_datatype references take the schema's defaults when the node leaves them out."""
+    node = helper.make_node(op, ["size"], ["y"], periodic=0)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("size", TensorProto.INT32, [])],
+                              [helper.make_tensor_value_info("y", F, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    lib = tk.compile(model, target="cpu_llvm")
+    for size in (5, 8):
+        feeds = {"size": np.array(size, np.int32)}
+        np.testing.assert_allclose(lib.run(feeds)[0], _ort(model, feeds)[0], rtol=1e-5, atol=1e-6)

@@ -179,7 +179,20 @@ def _schema_body(schema, opset: int, node, input_types, opsets: Mapping[str, int
             data = schema.get_context_dependent_function_with_opset_version(version, node.SerializeToString(),
                                                                             types)
         proto.ParseFromString(data)
+    _add_schema_defaults(proto, schema)
     return FunctionBody(proto, _body_opsets(proto, opsets))
+
+
+def _add_schema_defaults(proto, schema) -> None:
+    """A body references attributes (`@periodic`, `@output_datatype`) whose defaults onnx keeps in the
+    schema, not in the FunctionProto: copy them there, so a caller that leaves one out gets the default."""
+    present = {a.name for a in proto.attribute_proto}
+    for name, attribute in schema.attributes.items():
+        default = attribute.default_value
+        if name not in present and default.type != 0:  # 0: AttributeProto.UNDEFINED, no default
+            entry = proto.attribute_proto.add()
+            entry.CopyFrom(default)
+            entry.name = name
 
 
 def _body_opsets(function, outer: Mapping[str, int]) -> dict[str, int]:
