@@ -62,6 +62,7 @@ def test_the_same_kernels_compile_once_per_process_and_once_per_cache_directory(
 
 def test_a_damaged_entry_is_compiled_again_and_the_cache_can_be_turned_off(tmp_path, monkeypatch):
     monkeypatch.setenv("TENSORKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("TENSORKILN_KERNEL_CACHE", raising=False)
     cache = kernel_cache()
     _scaled(7.0)
     for entry in (tmp_path / "cpu_llvm").glob("*.json"):
