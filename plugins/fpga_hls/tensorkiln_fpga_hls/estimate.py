@@ -117,6 +117,10 @@ class _Estimator:
             return OPERATORS[kind].latency + max(self._expr(e.a, counts), self._expr(e.b, counts))
         if isinstance(e, tir.Call):
             depth = max((self._expr(a, counts) for a in e.args), default=0)
+            if e.name == "fma":   # a multiplier feeding an adder
+                counts["fmul"] = counts.get("fmul", 0) + 1
+                counts["fadd"] = counts.get("fadd", 0) + 1
+                return depth + OPERATORS["fmul"].latency + OPERATORS["fadd"].latency
             if e.name in ("isnan", "isinf", "fabs", "floor", "ceil", "trunc", "round"):
                 counts["cmp"] = counts.get("cmp", 0) + 1
                 return depth
@@ -193,7 +197,7 @@ class _Estimator:
         if "pipeline" in notes:
             ii = int(notes["pipeline"])
             body = self.stmt(s.body, pipelined=True)
-            ii = max(ii, self.port_bound(s))
+            ii = max(ii, self.port_bound(s), recurrence_bound(s, body.depth))
             depth = max(body.depth, 1)
             cost = Cost(latency=(trip - 1) * ii + depth + 1)
             cost.add_resources(body, 1.0 / ii)   # operators shared across the II cycles
@@ -236,6 +240,26 @@ class _Estimator:
         for key, value in systolic_resources(rows, cols, attrs.get("dtype", "float32")).items():
             setattr(cost, key, getattr(cost, key) + value)
         return cost
+
+
+def recurrence_bound(loop: tir.For, depth: int) -> int:
+    """The II a loop-carried dependency through memory allows: when an iteration reads an element
+    the previous one wrote (an accumulation `C[i] = C[i] + ...` pipelined over the reduction), the
+    next iteration starts only after that read-modify-write chain, `depth` cycles. Vitis raises the
+    II to it by itself (with a warning); the estimate follows."""
+    from tensorkiln.tir.visit import collect_vars
+
+    carried = False
+
+    def visit(node) -> bool:
+        nonlocal carried
+        if isinstance(node, tir.Store) and not any(v is loop.loop_var for v in collect_vars(node.index)):
+            index = str(node.index)
+            carried = carried or count_nodes(node.value, lambda x: isinstance(x, tir.Load) and
+                                             x.buffer.name == node.buffer.name and str(x.index) == index) > 0
+        return False
+    count_nodes(loop.body, visit)
+    return max(depth, 1) if carried else 1
 
 
 def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> int:

@@ -108,3 +108,14 @@ def test_time_evaluator_reports_the_estimated_hardware_time():
     timing = f.time_evaluator(number=2, repeat=3)(x, out)
     np.testing.assert_array_equal(out, x)
     assert list(timing.results) == [(63 + 3 + 1) / 250e6] * 3     # cycles / clock: the tuner's cost
+
+
+def test_an_accumulation_pipelined_over_its_reduction_waits_for_its_own_result(matmul):
+    """C[i, j] += A[i, k] * B[k, j] pipelined over k: each iteration reads what the previous one
+    wrote, so the II is the read-multiply-add-write chain: load 2 + fmul 3 + fadd 4 + store 1 = 10."""
+    a, b, c = matmul(8, 8, 16)
+    s = te.create_schedule(c.op)
+    s[c].pipeline(s[c].op.reduce_axis[0], 1)
+    chain = 2 + 3 + 4 + 1
+    k_loop = 15 * chain + chain + 1
+    assert _estimate(s, [a, b, c])["BestLatency"] == 8 * (8 * ((1 + k_loop) + 1) + 1)
