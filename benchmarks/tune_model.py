@@ -21,6 +21,8 @@ import sys
 import time
 
 import numpy as np
+import onnx
+from onnx import numpy_helper
 
 import tensorkiln as tk
 from tensorkiln import tune
@@ -61,7 +63,10 @@ def main() -> None:
             speedup = f"{row['speedup']:.2f}x" if row["speedup"] else row["skipped"]
             print(f"  {row['task'][:44]:44s} x{row['weight']} {row['implementation']:28s} trials {row['trials']:3d} "
                   f"default {row['default_ms'] or 0:8.3f} ms best {row['best_ms'] or 0:8.3f} ms {speedup}")
-    model, mod, input_name, data, expected = light_model(args.model)
+    model, feeds = light_model(args.model)
+    ((input_name, data),) = feeds.items()
+    mod = tk.frontend.from_onnx(model)
+    expected = numpy_helper.to_array(onnx.load_tensor(os.path.join(LIGHT, f"light_{args.model}_output_0.pb")))
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = args.threads
