@@ -97,9 +97,7 @@ class CUDAEmitter(CSourceEmitter):
         return lines
 
     def launch_attributes(self, geometry) -> str:
-        # min blocks per SM = 1 said outright: with the bound alone ptxas (sm_90) caps small-block kernels
-        # near 80 registers and spills (a 60-element uint8 max: 64 bytes), with it there is no spill
-        return f"__launch_bounds__({geometry.threads_per_block}, 1)"
+        return f"__launch_bounds__({geometry.threads_per_block})"
 
     def math_call(self, name, args, dtype):
         element = dtype_of(dtype).element
@@ -146,7 +144,7 @@ def _dynamic_shared(source: str, kernels: dict[str, dict]) -> str:
         return source
     lines, kernel, offset = source.split("\n"), None, 0
     for number, line in enumerate(lines):
-        opening = re.match(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+, 1\) )?(\w+)\(', line)
+        opening = re.match(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+(?:, 1)?\) )?(\w+)\(', line)
         if opening:
             kernel, offset = heavy.get(opening.group(1)), 0
             continue

@@ -124,3 +124,15 @@ def test_a_prebuilt_cache_serves_a_machine_without_nvrtc(tmp_path, monkeypatch):
     assert again.cached and again.binary == built.binary
     with pytest.raises(CompileError, match="NVRTC is not importable"):
         compile_cuda(source.replace("1.0f", "2.0f"), "sm_90")
+
+
+def test_a_kernel_that_spills_is_compiled_again_with_one_block_per_sm():
+    """sm_90's ptxas spills the kit's 60-element uint8 max (one thread) under __launch_bounds__(1); the
+    compile retries that kernel with __launch_bounds__(1, 1) and no spill is left. sm_80 needs no retry."""
+    from tensorkiln import graph
+    x = graph.var("x", shape=(3, 4, 5), dtype="uint8")
+    module = graph.Module.from_expr(graph.max(x))
+    for arch, bound in (("sm_90", "__launch_bounds__(1, 1) "), ("sm_80", "__launch_bounds__(1) ")):
+        (artifact,) = tk.compile(module, f"cuda -arch={arch} -device=cpu_shim").artifacts.values()
+        (used,) = artifact.metadata["resources"].values()
+        assert used["spill_stores"] == 0 and f"{bound}fused_max(" in artifact.source, (arch, used)
