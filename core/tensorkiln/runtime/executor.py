@@ -125,7 +125,8 @@ class GraphExecutor:
         self._functions = [host_step(programs[step.kernel], self.loaders[step.target]) if step.kernel in programs
                            else compiled.loaded_module(step.target).get_function(step.kernel)
                            for step in self.plan.steps]
-        self._thread_settings = [compiled.loaded_module(t) for t in sorted({s.target for s in self.plan.steps})
+        kernel_targets = {s.target for s in self.plan.steps if s.kernel not in programs}   # host steps load nothing
+        self._thread_settings = [compiled.loaded_module(t) for t in sorted(kernel_targets)
                                  if _has_thread_setting(compiled, t)] if self.plan.concurrent_levels else []
         self.arena_sizes: dict[str, int] = {}
         for storage in self.plan.storages:
