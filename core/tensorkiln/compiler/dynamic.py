@@ -79,7 +79,8 @@ def _probe(source, signature: dict[str, SymbolicTensorType], memory_limit: int |
     from ..frontend.onnx import ValueNotStaticError, from_onnx
     if any(t.shape is None for t in signature.values()):
         return ()
-    shapes = {name: tuple(d.lower if isinstance(d, Dim) else d for d in t.shape) for name, t in signature.items()}
+    # at least 1 where the bounds allow it: an empty tensor is a valid input but a poor probe
+    shapes = {name: tuple(_probe_size(d) if isinstance(d, Dim) else d for d in t.shape) for name, t in signature.items()}
     try:
         from_onnx(source, shape=shapes, memory_limit=memory_limit)
     except ValueNotStaticError as error:
@@ -91,6 +92,10 @@ def _probe(source, signature: dict[str, SymbolicTensorType], memory_limit: int |
     except TensorkilnError:
         pass
     return ()
+
+
+def _probe_size(dim: Dim) -> int:
+    return max(dim.lower, 1) if dim.upper is None or dim.upper >= 1 else dim.lower
 
 
 class _Builder:

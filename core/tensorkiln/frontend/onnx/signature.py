@@ -103,7 +103,8 @@ def _declared_dims(name: str, tensor_type) -> tuple[int | Dim, ...] | None:
         if dim.HasField("dim_value"):
             dims.append(int(dim.dim_value))
         else:
-            dims.append(Dim(dim.dim_param or f"{name}[{axis}]"))
+            # a model's symbol says nothing about its lower bound: an empty batch is valid
+            dims.append(Dim(dim.dim_param or f"{name}[{axis}]", 0))
     return tuple(dims)
 
 
