@@ -282,6 +282,55 @@ _register("image.resize", FLOAT, _fixed(("x", (1, 2, 4, 4), "any"), variants=(
     {"size": (1, 2, 2, 3), "scales": (1.0, 1.0, 0.5, 0.75)})))
 
 
+# -- ops added for ONNX coverage (issue 18) --------------------------------------------------------
+# products of two: a longer running product rounds at every stored stage in bfloat16 (8 mantissa bits),
+# the reference once (op tests in tests/onnx_ops cover long axes in float32)
+_register("cumprod", NUMERIC, _fixed(("x", (2, 3), "positive"), variants=(
+    {"axis": 0}, {"axis": 0, "exclusive": True}, {"axis": 0, "reverse": True})))
+_register("image.grid_sample", FLOAT, _fixed(("data", (1, 2, 5, 4), "any"), ("grid", (1, 3, 4, 2), "unit"), variants=(
+    {"mode": "linear"}, {"mode": "nearest", "padding_mode": "border", "align_corners": True},
+    {"mode": "linear", "padding_mode": "reflection"})))
+
+
+def _scatter(data_shape: tuple, index_shapes: tuple, update_shapes: tuple, high: int, reductions: tuple):
+    """data, in-range indices (no two updates of one element decide a "none" result) and updates."""
+    def make(dtype, variant, rng):
+        index = rng.integers(0, high, size=index_shapes[variant]).astype("int64")
+        return OpInstance((("data", data(data_shape, dtype, rng)), ("indices", index),
+                           ("updates", data(update_shapes[variant], dtype, rng))), {"reduction": reductions[variant]})
+    return make
+
+
+_register("scatter_elements", NUMERIC, _scatter((4, 5), ((3, 5), (2, 5), (4, 3)), ((3, 5), (2, 5), (4, 3)), 4,
+                                                ("add", "max", "min")))
+_register("scatter_nd", NUMERIC, _scatter((4, 3, 2), ((5, 2), (3, 1), (2, 2)), ((5, 2), (3, 3, 2), (2, 2)), 2,
+                                          ("max", "min", "max")))   # add rounds per update in bfloat16
+
+
+def _bitcast(dtype, variant, rng):
+    from ..ir.dtypes import dtype_of
+    bits = dtype_of(dtype).bits
+    return OpInstance((("x", data((3, 4), dtype, rng)),), {"dtype": (f"int{bits}", f"uint{bits}", f"int{bits}")[variant]})
+
+
+_register("bitcast", FLOAT, _bitcast)
+_register("col2im", FLOAT, _fixed(
+    shapes=((("x", (1, 6, 9), "any"),), (("x", (2, 4, 6), "any"),), (("x", (1, 2, 20), "any"),)),
+    variants=({"image_shape": (4, 5), "block_shape": (2, 3), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0)},
+              {"image_shape": (3, 4), "block_shape": (2, 2), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0)},
+              {"image_shape": (4, 5), "block_shape": (1, 1), "strides": (1, 1), "dilations": (1, 1), "pads": (0, 0, 0, 0)})))
+
+
+def _ngram_counts(dtype, variant, rng):
+    pool = np.array([[1, 0, 0], [2, 3, 0], [3, 3, 1], [0, 1, 2]], dtype=np.int64)
+    lengths = np.array([1, 2, 3, 3], dtype=np.int64)
+    tokens = rng.integers(0, 4, (3, 12)).astype(_np(dtype))
+    return OpInstance((("tokens", tokens), ("pool", pool.astype(_np(dtype))), ("lengths", lengths)),
+                      {"max_skip": (0, 1, 2)[variant]})
+
+
+_register("ngram_counts", INT, _ngram_counts)
+
 def case_for(op_name: str) -> OpCase | None:
     """The case of `op_name`, or None when the table has none yet."""
     return CASES.get(op_name)
