@@ -87,6 +87,16 @@ def _control_flow_samples() -> dict:
 
 
 SAMPLES.update(_control_flow_samples())
+SAMPLES.update({   # ops added for ONNX coverage (issue 18)
+    "cumprod": ([f32(2, 3)], {"axis": 1}),
+    "image.grid_sample": ([f32(1, 2, 5, 4), f32(1, 3, 4, 2, low=-1, high=1)], {"mode": "linear"}),
+    "scatter_elements": ([f32(4, 5), i64(3, 5, high=4), f32(3, 5)], {"axis": 0, "reduction": "add"}),
+    "scatter_nd": ([f32(4, 3, 2), i64(5, 2, high=3), f32(5, 2)], {"reduction": "add"}),
+    "col2im": ([f32(1, 6, 9)], {"image_shape": (4, 5), "block_shape": (2, 3), "strides": (1, 1),
+                                "dilations": (1, 1), "pads": (0, 0, 0, 0)}),
+    "ngram_counts": ([i64(3, 12, high=4), np.array([[1, 0, 0], [2, 3, 0]], "int64"), np.array([1, 2], "int64")],
+                     {"max_skip": 1}),
+})
 _BOOL_BINARY = {"logical_and", "logical_or", "logical_xor"}
 _INT_BINARY = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 
