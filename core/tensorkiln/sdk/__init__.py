@@ -14,7 +14,7 @@ from pathlib import Path
 _EXPORTS = {
     "check_elf": "binary_check",
     "CSourceEmitter": "c_source", "LaunchGeometry": "c_source", "launch_geometry": "c_source",
-    "parse_thread_tag": "c_source",
+    "parse_thread_tag": "c_source", "c_source_op_limits": "c_source",
     "Artifact": "codegen", "Emitter": "codegen", "KernelFunction": "codegen", "KernelSignature": "codegen",
     "LoadedModule": "codegen", "ParamSpec": "codegen", "RuntimeLoader": "codegen", "signature_of": "codegen",
     "hookimpl": "hookspecs", "hookspec": "hookspecs",
@@ -36,7 +36,7 @@ __all__ = [
     "OptionDecl", "OpSupport", "LayoutPreference", "IntrinsicDecl", "Artifact", "Emitter", "RuntimeLoader",
     "LoadedModule", "KernelFunction", "KernelSignature", "ParamSpec", "signature_of", "ENTRY_POINT_GROUP",
     "PluginRegistry", "registry", "reload_plugins", "load_manifest",
-    "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag",
+    "CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag", "c_source_op_limits",
     "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
     "NativeKernel", "NativeModule", "TKArg", "load_native_library", "TKARG_HEADER", "build_native_module",
     "packed_wrappers", "check_elf", "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",

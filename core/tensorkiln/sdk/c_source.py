@@ -38,7 +38,7 @@ from ..tir.functor import ExprFunctor, StmtFunctor
 from ..tir.visit import post_order_visit
 from .codegen import Artifact, Emitter, signature_of
 
-__all__ = ["CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag"]
+__all__ = ["CSourceEmitter", "LaunchGeometry", "launch_geometry", "parse_thread_tag", "c_source_op_limits"]
 
 _THREAD_TAG = re.compile(r"^(blockIdx|threadIdx)\.([xyz])$")
 _C_KEYWORDS = frozenset("""
@@ -979,3 +979,16 @@ def _strip(text: str) -> str:
         if depth == 0 and i < len(text) - 1:
             return text
     return text[1:-1]
+
+
+def _cubic_grid_sample_elsewhere(call):
+    if call.attrs.mode == "cubic":
+        return ("cubic_grid_sample: the C-source emitter prints expressions as trees (no shared subexpressions), "
+                "and the 16 cubic taps grow past what it prints in reasonable time; the CPU runs it")
+    return True
+
+
+def c_source_op_limits() -> dict:
+    """Ops a C-source dialect should send elsewhere, as `tensorkiln_supported_ops` predicates (op -> call ->
+    True or a reason): what this emitter cannot print in reasonable time. A plugin merges them into its own."""
+    return {"image.grid_sample": _cubic_grid_sample_elsewhere}

@@ -1,5 +1,5 @@
 """Hook implementations of the cuda plugin (entry point tensorkiln.plugins: cuda)."""
-from tensorkiln.sdk import hookimpl
+from tensorkiln.sdk import c_source_op_limits, hookimpl
 
 from .target import CUDA
 
@@ -38,18 +38,9 @@ def _topk_elsewhere(call):
             "(tensorkiln.sdk.schedules.gpu), and its lowering takes minutes even at 3x12; the CPU runs it")
 
 
-def _grid_sample_elsewhere(call):
-    """Cubic grid_sample goes to the CPU: the shared C-source emitter prints expressions as trees (no shared
-    subexpressions), and 16 cubic taps with reflection padding print for minutes."""
-    if call.attrs.mode == "cubic":
-        return ("cubic_grid_sample: the C-source emitter has no shared subexpressions and the 16 cubic taps "
-                "grow past what it prints in reasonable time; the CPU runs it")
-    return True
-
-
 @hookimpl
 def tensorkiln_supported_ops(target):
     """Ops the manifest claims ("*") that this plugin sends elsewhere, with the reason."""
     if not _ours(target):
         return {}
-    return {"topk": _topk_elsewhere, "image.grid_sample": _grid_sample_elsewhere}
+    return {"topk": _topk_elsewhere, **c_source_op_limits()}

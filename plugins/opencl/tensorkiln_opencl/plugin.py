@@ -1,5 +1,5 @@
 """Hook implementations of the opencl plugin (entry point tensorkiln.plugins: opencl)."""
-from tensorkiln.sdk import hookimpl
+from tensorkiln.sdk import c_source_op_limits, hookimpl
 
 from .target import OPENCL
 
@@ -44,18 +44,9 @@ def _topk_runs_well(call):
     return True
 
 
-def _grid_sample_elsewhere(call):
-    """Cubic grid_sample goes to the CPU: the shared C-source emitter prints expressions as trees (no shared
-    subexpressions), and 16 cubic taps with reflection padding print for minutes."""
-    if call.attrs.mode == "cubic":
-        return ("cubic_grid_sample: the C-source emitter has no shared subexpressions and the 16 cubic taps "
-                "grow past what it prints in reasonable time; the CPU runs it")
-    return True
-
-
 @hookimpl
 def tensorkiln_supported_ops(target):
     """Ops the manifest claims ("*") that this plugin sends elsewhere for a reason of their shape."""
     if not _ours(target):
         return {}
-    return {"topk": _topk_runs_well, "image.grid_sample": _grid_sample_elsewhere}
+    return {"topk": _topk_runs_well, **c_source_op_limits()}
