@@ -246,58 +246,33 @@ def _apply_dense_split(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, tar
 
 
 def apply_pool(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
-    """Pooling: (batch, channel) parallel, the padded plane computed per channel, width vectorized."""
+    """Pooling over the axes (a0, a1, a2, a3) of NCHW or NHWC data alike: (a0, a1) parallel, i.e.
+    (batch, channel) or (batch, row), the padded input computed per parallel iteration, and the last
+    axis (width, or channels: each window tap a contiguous vector load) vectorized inside the taps."""
     acc, output = accumulator(s, anchor, output)
     if not _same_shape(acc, output):
         schedule_reduce_stage(s, acc, target)
         schedule_injective_stage(s, output, target)
         return
-    if acc.op.attrs.get("layout") == "NHWC":
-        _apply_pool_nhwc(s, anchor, acc, output, target)
-        return
     out = s[output]
-    batch, channel, row, column = out.op.axis
+    first, second, _, last = out.op.axis
     lanes = vector_lanes(target, acc.dtype)
-    width_block = divisor_at_most(int(output.shape[3]), lanes)
-    width_outer, width_inner = out.split(column, factor=width_block)
-    fused = out.fuse(batch, channel)
+    block = divisor_at_most(int(output.shape[3]), lanes)
+    last_outer, last_inner = out.split(last, factor=block)
+    fused = out.fuse(first, second)
     _parallel(out, fused, target)
-    if width_block > 1:
-        out.vectorize(width_inner)
+    if block > 1:
+        out.vectorize(last_inner)
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
             s[producer].compute_at(out, fused)
-    s[acc].compute_at(out, width_outer)
+    s[acc].compute_at(out, last_outer)
     stage = s[acc]
-    b, c, y, x = stage.op.axis
+    a0, a1, a2, a3 = stage.op.axis
     ry, rx = stage.op.reduce_axis
-    stage.reorder(b, c, y, ry, rx, x)
-    if width_block > 1:
-        stage.vectorize(x)
-
-
-def _apply_pool_nhwc(s: te.Schedule, anchor: te.Tensor, acc: te.Tensor, output: te.Tensor, target) -> None:
-    """NHWC pooling: (batch, row) parallel, the window's padded rows computed per output row,
-    channels vectorized with the window taps outside them (each tap is a contiguous vector load)."""
-    out = s[output]
-    batch, row, column, channel = out.op.axis
-    lanes = vector_lanes(target, acc.dtype)
-    channel_block = divisor_at_most(int(output.shape[3]), lanes)
-    channel_outer, channel_inner = out.split(channel, factor=channel_block)
-    fused = out.fuse(batch, row)
-    _parallel(out, fused, target)
-    if channel_block > 1:
-        out.vectorize(channel_inner)
-    for producer in anchor.op.input_tensors:
-        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
-            s[producer].compute_at(out, fused)
-    s[acc].compute_at(out, channel_outer)
-    stage = s[acc]
-    b, y, x, c = stage.op.axis
-    ry, rx = stage.op.reduce_axis
-    stage.reorder(b, y, x, ry, rx, c)
-    if channel_block > 1:
-        stage.vectorize(c)
+    stage.reorder(a0, a1, a2, ry, rx, a3)
+    if block > 1:
+        stage.vectorize(a3)
 
 
 def _outer_inner_split(output: te.Tensor, first_inner: int):
