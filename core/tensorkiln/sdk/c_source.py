@@ -35,6 +35,7 @@ from ..ir.dtypes import dtype_of
 from ..ir.errors import CompileError
 from ..tir import nodes as tir
 from ..tir.functor import ExprFunctor, StmtFunctor
+from ..tir.passes.lower_thread_allreduce import lower_thread_allreduce
 from ..tir.visit import post_order_visit
 from .codegen import Artifact, Emitter, signature_of
 
@@ -153,6 +154,9 @@ class CSourceEmitter(Emitter):
                              {dim} the number, {axis} the letter: "blockIdx.{axis}");
                              {} runs thread-bound loops serially (plain C)
       `barriers`             scope -> barrier statement
+      `warp_shuffle`         shuffle call name -> template, for cross-thread reductions by warp
+                             shuffles ({} = through work-group memory); `shuffle_dtypes` they move
+      `lower_thread_allreduce`  method(func, target) -> func with tir.ThreadAllReduce expanded
     Loops:
       `parallel_pragma`      before a parallel loop ("#pragma omp parallel for"; None = serial);
                              with OpenMP see sdk_docs/native_abi.md for threads
@@ -218,6 +222,11 @@ class CSourceEmitter(Emitter):
     # --- threads ------------------------------------------------------------------------
     thread_index: dict[str, str] = {}     # {"blockIdx": "get_group_id({dim})", "threadIdx": ...}
     barriers: dict[str, str] = {}         # {"shared": "barrier(CLK_LOCAL_MEM_FENCE);", ...}
+    # Warp shuffles for cross-thread reductions: {"tk_shfl_down": template, "tk_shfl": template} with {0}
+    # the value, {1} the offset / lane, {2} the segment width (see tir.passes.lower_thread_allreduce);
+    # {} reduces through work-group memory only. `shuffle_dtypes`: the dtypes the shuffles move.
+    warp_shuffle: dict[str, str] = {}
+    shuffle_dtypes: tuple[str, ...] = ()
 
     # --- loops --------------------------------------------------------------------------
     parallel_pragma: str | None = "#pragma omp parallel for"
@@ -271,6 +280,7 @@ class CSourceEmitter(Emitter):
                 raise CompileError(f"{type(self).__name__} emits tir.PrimFunc, got {type(func).__name__}")
             if func.name in kernels:
                 raise CompileError(f"two kernels are named {func.name!r}; kernel names must be unique")
+            func = self.lower_thread_allreduce(func, target)
             writer = _KernelWriter(self, func, module, target)
             # a renamed kernel ("main" -> "main_1") must not take another kernel's name
             writer.names.used |= module.symbols | {f.name for f in funcs if f is not func}
@@ -285,6 +295,15 @@ class CSourceEmitter(Emitter):
     def extensions(self, dtypes: set[str]) -> list[str]:
         """Lines enabling dialect extensions for the element dtypes the kernels use (none in C99)."""
         return []
+
+    def lower_thread_allreduce(self, func: tir.PrimFunc, target: Any = None) -> tir.PrimFunc:
+        """`func` with its cross-thread reductions (tir.ThreadAllReduce) expanded into loop IR this
+        dialect prints: a tree in work-group memory with barriers, or warp shuffles where the dialect
+        names them (`warp_shuffle`) and the target declares a warp size (capabilities.warp_size)."""
+        warp = 0
+        if self.warp_shuffle:
+            warp = getattr(getattr(target, "capabilities", None), "warp_size", 0) or 0
+        return lower_thread_allreduce(func, warp_size=warp, shuffle_dtypes=self.shuffle_dtypes)
 
     def type_name(self, dtype: str) -> str:
         """C type of a scalar or vector dtype; raises CompileError when the dialect lacks it."""
@@ -347,7 +366,7 @@ class CSourceEmitter(Emitter):
 
     def math_call(self, name: str, args: Sequence[str], dtype: str) -> str | None:
         """C text of te math function `name` on `args`, or None when `name` is no math function."""
-        template = self.math_functions.get(name)
+        template = self.math_functions.get(name) or self.warp_shuffle.get(name)
         if template is None:
             return None
         element = dtype_of(dtype).element

@@ -116,6 +116,8 @@ class Capabilities(_Strict):
     vector_registers: int = Field(default=0, ge=0, description="SIMD registers a kernel may use; 0 = unknown")
     max_threads: int = Field(default=1, ge=0, description="host threads for parallel loops; 0 = all cores")
     max_threads_per_block: int = Field(default=0, ge=0, description="GPU work-group limit; 0 = not a GPU")
+    warp_size: int = Field(default=0, ge=0, description="threads that run in lockstep and exchange values by "
+                           "shuffles (NVIDIA: 32); 0 = none declared")
     max_shared_memory_bytes: int = Field(default=0, ge=0)
     memory_scopes: tuple[str, ...] = ("global",)
     thread_axes: tuple[str, ...] = Field(default=(), description="bindable axes, e.g. 'blockIdx.x', 'threadIdx.x'")

@@ -286,13 +286,25 @@ class Stage:
         self._annotate(axis, n.ForKind.PARALLEL, "parallel", tr.Parallel)
 
     def bind(self, axis, thread_ivar: IterVar) -> None:
-        """Map the loop onto a GPU index: `s[C].bind(bx, te.thread_axis("blockIdx.x"))`."""
+        """Map the loop onto a GPU index: `s[C].bind(bx, te.thread_axis("blockIdx.x"))`.
+
+        A reduction axis may be bound to threadIdx.x/y/z: each thread reduces its share (the
+        serial reduction loops) into a register, then the threads combine their partial results
+        (a tir.ThreadAllReduce: a tree in shared memory, or warp shuffles), and one of them
+        stores the result (every thread, when the stage is in "local" scope):
+
+            ko, ki = s[B].split(B.op.reduce_axis[0], factor=128)
+            s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+            s[B].bind(ki, te.thread_axis("threadIdx.x"))
+        """
         iv = self._axis(axis, "bind")
         if not isinstance(thread_ivar, IterVar) or thread_ivar.kind != "thread":
             raise self._error("bind", f"{thread_ivar!r} is not a te.thread_axis", iv)
-        if iv.kind == "reduce":
-            raise self._error("bind", f"it is a reduction axis; binding it to {thread_ivar.thread_tag} would need a "
-                              "cross-thread reduction, which is not supported", iv)
+        if iv.kind == "reduce" and not thread_ivar.thread_tag.startswith("threadIdx"):
+            raise self._error("bind", f"it is a reduction axis; only threadIdx.x/y/z can share a reduction (the "
+                              f"threads of a block combine their parts), not {thread_ivar.thread_tag}: blocks cannot "
+                              "combine results within one kernel. Split the axis and bind the inner part to "
+                              "threadIdx.x, or rfactor it into its own stage", iv)
         for other, attr in self.iter_attrs.items():
             if attr.thread_tag == thread_ivar.thread_tag and other is not iv and other in self.leaf_iter_vars:
                 raise self._error("bind", f"{thread_ivar.thread_tag} is already bound to axis {other.name}", iv)
@@ -494,6 +506,17 @@ class Schedule:
 
     def stage_of_tensor(self, tensor: Tensor) -> Stage | None:
         return self.stage_map.get(tensor.op)
+
+    def rfactor(self, tensor: Tensor, axis, factor_axis: int = 0) -> Tensor:
+        """Split reduction loop `axis` of `tensor`'s stage out into a new stage of partial results
+        (te/rfactor.py): `BF = s.rfactor(B, ki)` gives BF[ki, i] = sum over ko of A[i, ko*F + ki],
+        and B[i] = sum over a fresh axis of BF; returns BF."""
+        from .rfactor import rfactor
+        stage = self[tensor]
+        with self._quiet():
+            factored = rfactor(self, tensor, axis, factor_axis)
+        self._record(tr.RFactor(stage.name, _axis_name(axis), factor_axis))
+        return factored
 
     # ---- caches ---------------------------------------------------------------------
 

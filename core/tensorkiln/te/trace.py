@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Record", "Split", "Fuse", "Reorder", "Tile", "Unroll", "Vectorize", "Parallel",
            "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "StorageAlign",
-           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "Pipeline", "LoopTripcount", "Partition", "Stream",
+           "Tensorize", "CacheRead", "CacheWrite", "SetScope", "RFactor", "Pipeline", "LoopTripcount", "Partition", "Stream",
            "Dataflow", "replay", "to_json", "from_json"]
 
 
@@ -272,9 +272,19 @@ class SetScope(Record):
         return s[self.stage].set_scope(self.scope)
 
 
+@dataclass(frozen=True)
+class RFactor(Record):
+    tensor: str
+    axis: str
+    factor_axis: int = 0
+
+    def apply(self, s):
+        return s.rfactor(s.tensor_by_name(self.tensor), self.axis, self.factor_axis)
+
+
 _RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Split, Fuse, Reorder, Tile, Unroll, Vectorize, Parallel, ComputeAt, ComputeInline, ComputeRoot, Bind,
-    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, Pipeline, LoopTripcount, Partition, Stream,
+    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, RFactor, Pipeline, LoopTripcount, Partition, Stream,
     Dataflow)}
 
 

@@ -19,7 +19,7 @@ from typing import Mapping
 import numpy as np
 
 from ..ir.dtypes import dtype_of, to_numpy
-from ..ir.errors import DTypeError, InternalError, ShapeError
+from ..ir.errors import CompileError, DTypeError, InternalError, ShapeError
 from . import nodes as n
 from .functor import ExprFunctor, StmtFunctor
 
@@ -118,6 +118,7 @@ _MATH = {
     "round": np.rint, "fma": lambda a, b, c: a * b + c,
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "exp2": np.exp2, "log2": np.log2, "log10": np.log10,
+    "fmod": np.fmod,
 }
 
 
@@ -368,6 +369,12 @@ class _Emitter(StmtFunctor, ExprFunctor):
 
     def visit_Barrier(self, s, depth, blocks):
         self.emit("pass  # barrier", depth)
+
+    def visit_ThreadAllReduce(self, s, depth, blocks):
+        # threads run one after another here, so none can see the others' values
+        raise CompileError(f"interpret {self.func.name}: a reduction across {', '.join(s.thread_tags)} (a reduction "
+                         "axis bound to a thread index) needs threads that run together; build it for a GPU "
+                         "target (opencl, cuda) instead of interpreting it")
 
     def _checker(self, buf: n.Buffer, depth: int):
         if self.check:

@@ -23,7 +23,7 @@ __all__ = [
     "BITWISE_OPS", "CompareOp", "EQ", "NE", "LT", "LE", "GT", "GE", "And", "Or",
     "Not", "Select", "Cast", "Reinterpret", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
     "Stmt", "Store", "ForKind", "For", "SeqStmt", "IfThenElse", "Allocate", "LetStmt", "Evaluate",
-    "Barrier", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
+    "Barrier", "CommCombiner", "ThreadAllReduce", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
 ]
 
 
@@ -367,6 +367,54 @@ class Barrier(Stmt):
     """Synchronise threads of a work-group over memory of `scope` ("shared" or "global")."""
 
     scope: str = "shared"
+
+
+@dataclass(frozen=True, eq=False)
+class CommCombiner:
+    """A commutative, associative combination of value tuples, as data (TVM's CommReducer).
+
+    `result` are expressions over the `lhs` and `rhs` Vars; `identity` is the neutral tuple.
+    One element for sum / max / min / prod, two for argmax's (value, index):
+
+        x, y = Var("x", "float32"), Var("y", "float32")
+        total = CommCombiner((x,), (y,), (Add(x, y),), (FloatImm("float32", 0.0),), "sum")
+        total.combine((a,), (b,))     # (a + b,)
+    """
+
+    lhs: tuple[Var, ...]
+    rhs: tuple[Var, ...]
+    result: tuple[PrimExpr, ...]
+    identity: tuple[PrimExpr, ...]
+    name: str = "reduce"
+
+    def combine(self, a, b) -> tuple[PrimExpr, ...]:
+        """`result` with lhs := a and rhs := b (tuples of expressions of the element dtypes)."""
+        from .visit import substitute
+        mapping = {**dict(zip(self.lhs, a)), **dict(zip(self.rhs, b))}
+        return tuple(substitute(r, mapping) for r in self.result)
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        return tuple(v.dtype for v in self.lhs)
+
+
+@dataclass(frozen=True, eq=False)
+class ThreadAllReduce(Stmt):
+    """A reduction across GPU threads: afterwards every thread bound to one of `thread_tags`
+    (in the enclosing thread loops) holds `combiner` over all those threads' `values` in
+    `results[i][0]` (one-element "local" buffers).
+
+    Written by te lowering where a reduction axis is bound to threadIdx; every thread of
+    the work-group must reach it (no thread-dependent branch around it). Emitters do not
+    print it directly: `tir.passes.lower_thread_allreduce` turns it into a tree in shared
+    memory with barriers, or warp shuffles where the target has them.
+    """
+
+    combiner: CommCombiner
+    values: tuple[PrimExpr, ...]
+    results: tuple[Buffer, ...]
+    thread_tags: tuple[str, ...]
+    _opaque_fields: ClassVar[tuple[str, ...]] = ("combiner", "results", "thread_tags")
 
 
 NO_OP = SeqStmt(())

@@ -73,6 +73,11 @@ def _lines(s: n.Stmt, depth: int, out: list[str]) -> None:
         out.append(f"{pad}{format_expr(s.value)}")
     elif isinstance(s, n.Barrier):
         out.append(f"{pad}barrier({s.scope})")
+    elif isinstance(s, n.ThreadAllReduce):
+        values = ", ".join(format_expr(v) for v in s.values)
+        results = ", ".join(f"{b.name}[0]" for b in s.results)
+        out.append(f"{pad}{results} = thread_allreduce<{s.combiner.name}>({values}) "
+                   f"over {', '.join(s.thread_tags)}")
     else:
         out.append(f"{pad}{object.__repr__(s)}")
 
