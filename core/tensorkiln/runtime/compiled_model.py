@@ -157,7 +157,20 @@ class CompiledModel:
             "placement": self.placement(),
             "strategies": dict(self.strategies),
             "estimates": self.estimates(),
+            "executor": self.executor_kind(),
         }
+
+    def executor_kind(self) -> str:
+        """How a run executes: "native entry (one call per run)" when the target runs the whole plan in
+        one native call, else "python executor: <why>" (control flow, several targets, ...)."""
+        from .native_entry import PYTHON_EXECUTOR, static_reason
+        reason = static_reason(self.plan, tuple(self.host_programs))
+        if reason:
+            return f"{PYTHON_EXECUTOR}: {reason}"
+        try:
+            return self.executor.executor_kind
+        except TensorkilnError as error:   # the target cannot load here: no run would start either
+            return f"{PYTHON_EXECUTOR}: the kernels do not load here ({str(error).splitlines()[0]})"
 
     def estimates(self) -> dict[str, dict]:
         """{kernel: estimate} for kernels whose emitter attached one to the artifact's metadata

@@ -14,6 +14,14 @@ each call passes every input (nothing carries over from an earlier call). The
 stateful API (`set_input`, `run()`, `get_output`, `value`, `run_step`) works on one
 state of its own, kept between calls, behind a lock: each method is atomic, but
 a sequence of them from several threads interleaves; call `run_with` from threads.
+
+Native entry. When every step is a kernel of one host-memory target whose loaded module
+offers a whole-plan entry (cpu_llvm does; runtime/native_entry.py), a run is one native
+call that runs the kernels in order over the state's arena, and `run_with` hands the
+caller's input arrays to it without a copy when they already have the right dtype, shape
+and layout. `native_reason` says why a plan runs step by step in Python instead;
+`use_native = False` (or `run_with(..., native=False)`) forces the Python loop (debugging,
+per-step timers: the profiler does this).
 """
 from __future__ import annotations
 
@@ -28,6 +36,7 @@ import numpy as np
 from ..ir.dtypes import from_numpy, to_numpy
 from ..ir.errors import RuntimeLaunchError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
+from . import native_entry
 
 __all__ = ["GraphExecutor"]
 
@@ -60,6 +69,12 @@ class _ExecutionState:
         self.calls = [function.bind(*args) if hasattr(function, "bind") else functools.partial(function, *args)
                       for function, args in zip(executor._functions, self.step_args)]
         self.inputs_set = [False] * len(plan.inputs)
+        self.native = None
+        if executor.native_entry is not None:
+            target = plan.steps[0].target
+            self.native = native_entry.NativeBinding(
+                executor.native_entry, executor._native_constants, self.arenas[target],
+                [self.host_values[v] for v in plan.inputs])
 
     def _on_target(self, value_id: int, target: str) -> Any:
         executor = self.executor
@@ -144,6 +159,14 @@ class GraphExecutor:
             self.value_target[value.id] = None if value.kind in ("input", "constant") \
                 else storages[value.storage].target
         self._constant_mirrors: dict[tuple[int, str], Any] = {}
+        self.native_entry, self._native_constants, self.native_reason = native_entry.build_native_entry(self)
+        self.use_native = True
+        self._input_layouts = native_entry.input_dtypes(self.plan)
+        self._index_checked_steps = [self.plan.steps[i] for i in range(len(self.plan.steps))
+                                     if self.plan.steps[i].index_checks]
+        # the entry may read the caller's arrays in place unless Python reads an input from the
+        # state afterwards: an index check, or an input that is also an output
+        self._inputs_in_place = not self._index_checked_steps and not set(self.plan.inputs) & set(self.plan.outputs)
         self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
         self._pool_lock = threading.Lock()
         self._free_states: list[_ExecutionState] = [_ExecutionState(self)]   # fails here, not at the first run
@@ -235,9 +258,25 @@ class GraphExecutor:
 
     # -- running ------------------------------------------------------------------------
 
-    def _run_state(self, state: _ExecutionState) -> None:
-        """Run every step on `state`. Levels of the plan's `concurrent_levels` run on a thread
-        pool (the memory plan keeps their storages apart) unless `self.concurrent` is False."""
+    @property
+    def executor_kind(self) -> str:
+        """How runs execute: the native entry, or the Python executor and why."""
+        if self.native_entry is not None and self.use_native:
+            return native_entry.NATIVE_EXECUTOR
+        return f"{native_entry.PYTHON_EXECUTOR}: {self.native_reason or 'use_native is False'}"
+
+    def _run_state(self, state: _ExecutionState, native: bool | None = None,
+                   input_addresses: Sequence[int] | None = None) -> None:
+        """Run every step on `state`: one call of the native entry when there is one (and `native`
+        is not False), else step by step. Levels of the plan's `concurrent_levels` run on a thread
+        pool (the memory plan keeps their storages apart) unless `self.concurrent` is False.
+        `input_addresses`: the native entry reads the inputs there instead of from the state."""
+        if state.native is not None and (self.use_native if native is None else native):
+            for step in self._index_checked_steps:   # indices are graph inputs here (native_entry.static_reason)
+                state.check_indices(step)
+            state.native.run(input_addresses)
+            self.last_step_times = []
+            return
         times = [0.0] * len(self.plan.steps)
 
         def launch(index: int) -> None:
@@ -282,20 +321,39 @@ class GraphExecutor:
                                                      thread_name_prefix="tensorkiln-step")
             return self._step_pool
 
-    def run_with(self, inputs: Mapping[str, Any] | Sequence[Any]) -> list[np.ndarray]:
+    def run_with(self, inputs: Mapping[str, Any] | Sequence[Any], native: bool | None = None) -> list[np.ndarray]:
         """Run once on `inputs` (every input, by name or in order) and return copies of the outputs.
 
         Safe to call from many threads at once: each call runs on an execution state of its own.
+        `native=False` runs step by step in Python even where the plan has a native entry.
         """
         arrays = self._by_index(inputs)
         state = self._acquire_state()
         try:
-            for index, array in arrays.items():
-                self._copy_input(state, index, array)
-            self._run_state(state)
+            addresses = None
+            if state.native is not None and (self.use_native if native is None else native) \
+                    and self._inputs_in_place:
+                addresses = self._native_inputs(state, arrays)
+            else:
+                for index, array in arrays.items():
+                    self._copy_input(state, index, array)
+            self._run_state(state, native, addresses)
             return [state.value(v) for v in self.plan.outputs]
         finally:
             self._release_state(state)
+
+    def _native_inputs(self, state: _ExecutionState, arrays: dict[int, Any]) -> list[int]:
+        """The address the native entry reads each input from: the caller's array itself when its
+        dtype, shape and layout fit, else the state's buffer after the checked copy."""
+        addresses = [0] * len(self.plan.inputs)
+        for index, array in arrays.items():
+            dtype, shape = self._input_layouts[index]
+            address = native_entry.direct_input_address(array, dtype, shape)
+            if address is None:
+                self._copy_input(state, index, array)   # raises, naming the input, when it does not fit
+                address = state.native.state_inputs[index]
+            addresses[index] = address
+        return addresses
 
     # -- the stateful API (one state, one thread at a time) -----------------------------
 

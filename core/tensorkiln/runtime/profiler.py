@@ -5,7 +5,8 @@
     report.write_chrome_trace("run.json")  # open in chrome://tracing or https://ui.perfetto.dev
 
 Times come from the executor's per-step timer (`GraphExecutor.last_step_times`), which
-brackets each kernel call; the medians over `repeat` runs are reported. Steps of one
+brackets each kernel call; the medians over `repeat` runs are reported. Profiled runs go
+through the Python executor even where the plan has a native entry (which times nothing). Steps of one
 concurrent level start together in the trace, one row per step of the level.
 """
 from __future__ import annotations
@@ -84,7 +85,7 @@ def profile(model, inputs: Mapping[str, Any], repeat: int = 10, warmup: int = 2)
     runs = []
     for iteration in range(warmup + max(1, repeat)):
         start = time.perf_counter()
-        executor.run_with(dict(inputs))
+        executor.run_with(dict(inputs), native=False)   # step by step: the native entry has no per-step timer
         elapsed = time.perf_counter() - start
         if iteration < warmup:
             continue

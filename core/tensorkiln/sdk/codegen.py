@@ -120,6 +120,15 @@ class LoadedModule(abc.ABC):
         """Write a file that `tensorkiln.runtime.load_module` can load again."""
         raise NotImplementedError(f"{type(self).__name__} cannot export a library")  # optional capability
 
+    def build_plan_entry(self, spec: Any) -> Any:
+        """A `tensorkiln.sdk.plan_entry.PlanEntry` running every step of `spec` (a `PlanEntrySpec`) in
+        one native call, or None (the default: the executor calls each kernel from Python).
+
+        Called by the graph executor once per model, when every step of its plan runs on this
+        module's target (sdk_docs/native_abi.md, "Whole-plan entry"). Optional capability.
+        """
+        return None
+
     def time_function(self, name: str, args: Sequence[Any], number: int, repeat: int) -> list[float]:
         """Mean seconds per call of each of `repeat` batches of `number` calls.
 

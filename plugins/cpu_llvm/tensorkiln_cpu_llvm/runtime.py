@@ -125,6 +125,13 @@ class JITModule(NativeModule):
             return None
         return target_machine(machine_config(self.target)).emit_assembly(llvm.parse_assembly(self.artifact.source))
 
+    def build_plan_entry(self, spec):
+        """One native function running every step of `spec` (plan_entry.py): the executor's run is one call."""
+        if self.target is None:
+            return None
+        from .plan_entry import build_plan_entry
+        return build_plan_entry(self, spec)
+
     def export_library(self, path: str) -> None:
         """Write a shared library that `tensorkiln.runtime.load_module(path)` loads without llvmlite."""
         link_shared_library(self.artifact.binary, path, self.artifact.metadata.get("libraries", ()))

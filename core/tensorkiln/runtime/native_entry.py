@@ -1,0 +1,139 @@
+"""runtime/native_entry.py: the graph executor's whole-plan native entry: when it applies, and its per-run binding.
+
+A plan whose every step is a kernel of one host-memory target can run as one native call
+(`LoadedModule.build_plan_entry`, tensorkiln.sdk.plan_entry): the kernels are called in
+order over the same arena, at the memory plan's offsets, as the Python loop would call them,
+so the outputs are the same bits. The Python loop stays for everything the native call
+cannot do: control-flow steps (If/Loop/Scan run host programs), steps on several targets
+(copies between devices), gather indices computed inside the graph (checked between
+steps), a kernel that writes a constant or an input, and profiling (per-step timers).
+`native_reason` says which applies; `CompiledModel.summary()["executor"]` shows it.
+"""
+from __future__ import annotations
+
+import ctypes
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..ir.dtypes import to_numpy
+from ..sdk.arg_checks import written_params
+from ..sdk.plan_entry import PlanEntry, PlanEntrySpec, PlanEntryStep, Slot
+
+__all__ = ["static_reason", "build_native_entry", "NativeBinding", "direct_input_address", "input_dtypes",
+           "PYTHON_EXECUTOR", "NATIVE_EXECUTOR"]
+
+NATIVE_EXECUTOR = "native entry (one call per run)"
+PYTHON_EXECUTOR = "python executor"
+
+
+def static_reason(plan, host_programs: Sequence[str]) -> str:
+    """Why `plan` must run in the Python executor whatever the target offers ("" when nothing stops it)."""
+    if not plan.steps:
+        return "the plan has no steps"
+    host = [step.kernel for step in plan.steps if step.kernel in host_programs]
+    if host:
+        return f"control-flow steps run host programs ({', '.join(host[:3])})"
+    targets = sorted({step.target for step in plan.steps})
+    if len(targets) > 1:
+        return f"steps run on several targets ({', '.join(t.split()[0] for t in targets)})"
+    inputs = set(plan.inputs)
+    for step in plan.steps:
+        for check in step.index_checks:
+            if step.inputs[check.input] not in inputs:
+                return (f"kernel {step.kernel} gathers with indices computed in the graph "
+                        f"(checked between steps)")
+    return ""
+
+
+def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
+    """The entry's spec (or None and why), and the constants' value ids in the spec's order."""
+    plan = executor.plan
+    target = plan.steps[0].target
+    if not executor.loaders[target].uses_host_memory:
+        return None, [], f"target {target.split()[0]} keeps memory on its device"
+    storages = {s.id: s for s in plan.storages}
+    input_index = {value_id: index for index, value_id in enumerate(plan.inputs)}
+    constant_index: dict[int, int] = {}
+    module = executor.compiled.loaded_module(target)
+    steps = []
+    for step in plan.steps:
+        signature = module.artifact.kernel(step.kernel)
+        values = (*step.inputs, *step.outputs)
+        if len(signature.params) != len(values) or any(p.kind != "buffer" for p in signature.params):
+            return None, [], f"kernel {step.kernel} takes parameters the plan does not bind"
+        written = written_params(module.artifact.metadata, step.kernel) or frozenset()
+        slots = []
+        for spec, value_id in zip(signature.params, values):
+            value = plan.values[value_id]
+            if value.kind in ("input", "constant") and spec.name in written:
+                return None, [], f"kernel {step.kernel} writes its {value.kind} {value.name}"
+            if value.kind == "input":
+                slots.append(Slot("input", input_index[value_id]))
+            elif value.kind == "constant":
+                slots.append(Slot("constant", constant_index.setdefault(value_id, len(constant_index))))
+            else:
+                slots.append(Slot("arena", storages[value.storage].offset))
+        steps.append(PlanEntryStep(step.kernel, tuple(slots)))
+    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), executor.arena_sizes.get(target, 0))
+    return spec, list(constant_index), ""
+
+
+def build_native_entry(executor) -> tuple[PlanEntry | None, Any, str]:
+    """(entry, constants array, "") when the plan runs as one native call, else (None, None, reason)."""
+    reason = static_reason(executor.plan, tuple(getattr(executor.compiled, "host_programs", {}) or {}))
+    if reason:
+        return None, None, reason
+    spec, constant_ids, reason = _spec_and_reason(executor)
+    if spec is None:
+        return None, None, reason
+    target = executor.plan.steps[0].target
+    entry = executor.compiled.loaded_module(target).build_plan_entry(spec)
+    if entry is None:
+        return None, None, f"target {target.split()[0]} offers no whole-plan entry (LoadedModule.build_plan_entry)"
+    # the executor's constants are contiguous, read-only and live as long as it does
+    constants = (ctypes.c_void_p * max(1, len(constant_ids)))(
+        *(executor.constants[v].ctypes.data for v in constant_ids))
+    return entry, constants, ""
+
+
+class NativeBinding:
+    """The entry bound to one execution state: its arena and its input buffers.
+
+    `run()` reads the inputs from the state's buffers; `run(arrays)` from the caller's arrays
+    (already checked: dtype, shape, C-contiguous and aligned), with no copy.
+    """
+
+    def __init__(self, entry: PlanEntry, constants, arena: np.ndarray, input_buffers: Sequence[np.ndarray]) -> None:
+        self.entry = entry
+        self.constants = constants
+        self.arena = arena
+        self.arena_address = arena.ctypes.data
+        count = max(1, len(input_buffers))
+        self.state_inputs = (ctypes.c_void_p * count)(*(b.ctypes.data for b in input_buffers))
+        self.call_inputs = (ctypes.c_void_p * count)()
+
+    def run(self, addresses: Sequence[int] | None = None) -> None:
+        if addresses is None:
+            self.entry(self.state_inputs, self.constants, self.arena_address)
+            return
+        slots = self.call_inputs
+        for index, address in enumerate(addresses):
+            slots[index] = address
+        self.entry(slots, self.constants, self.arena_address)
+
+
+def direct_input_address(array: Any, dtype: np.dtype, shape: tuple[int, ...]) -> int | None:
+    """The data address of `array` when the kernels may read it in place (exact dtype and shape,
+    C-contiguous, aligned), else None (the caller copies it, and reports what is wrong)."""
+    if type(array) is not np.ndarray or array.dtype != dtype or array.shape != shape:
+        return None
+    flags = array.flags
+    if not (flags.c_contiguous and flags.aligned):
+        return None
+    return array.__array_interface__["data"][0]
+
+
+def input_dtypes(plan) -> list[tuple[np.dtype, tuple[int, ...]]]:
+    """(numpy dtype, shape) of each model input, for `direct_input_address`."""
+    return [(np.dtype(to_numpy(plan.values[v].dtype)), plan.values[v].shape) for v in plan.inputs]

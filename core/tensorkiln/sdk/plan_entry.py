@@ -1,0 +1,100 @@
+"""sdk/plan_entry.py: a whole-plan native entry point, the contract between the executor and a native target.
+
+Who uses it: `tensorkiln.runtime.GraphExecutor` asks the loaded module of a model whose
+every step runs on one host-memory target for `module.build_plan_entry(spec)`
+(`LoadedModule.build_plan_entry`, None by default). A plugin that generates native code
+(cpu_llvm) may return a `PlanEntry`: one native function that calls every kernel of the
+plan in order, so a run costs one call from Python instead of one per step (an AOT
+executor like TVM's). The ABI, as C::
+
+    int32_t run(void* const* inputs,     // the model's inputs, in plan order
+                void* const* constants,  // the plan's constants, in `PlanEntrySpec.constants` order
+                uint8_t* arena);         // the run's arena: intermediates and outputs at their offsets
+
+It returns 0, or `((step + 1) << 16) | code` when the packed function of `step` returned
+`code` (an argument check; see tensorkiln.sdk.native): `PlanEntry.describe_error` says which.
+
+Each argument of a step is a `Slot`: an input, a constant or a byte offset into the arena
+(the memory plan's storages). The caller owns every buffer: it checks the inputs, allocates
+one arena per concurrent run and keeps the constants alive; the entry holds no state, so
+concurrent calls on different arenas are safe. Only numpy, ctypes and the standard library
+are imported here (a deployed package loads without the compiler).
+"""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ir.errors import RuntimeLaunchError
+
+__all__ = ["Slot", "PlanEntryStep", "PlanEntrySpec", "PlanEntry", "PLAN_ENTRY_FUNCTION", "encode_step_error"]
+
+PLAN_ENTRY_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
+"""The C type of a plan entry: int32_t (void* const* inputs, void* const* constants, uint8_t* arena)."""
+
+
+def encode_step_error(step: int, code: int) -> int:
+    """What the entry returns when step `step`'s packed function returned `code` (nonzero)."""
+    return ((step + 1) << 16) | (code & 0xFFFF)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one kernel argument lives: `kind` "input" (index into inputs), "constant" (index into
+    constants) or "arena" (`index` is a byte offset into the arena)."""
+
+    kind: str
+    index: int
+
+
+@dataclass(frozen=True)
+class PlanEntryStep:
+    """Call kernel `kernel` (a name of the module's artifact) on `args`, in its parameter order."""
+
+    kernel: str
+    args: tuple[Slot, ...]
+
+
+@dataclass(frozen=True)
+class PlanEntrySpec:
+    """The whole plan as the entry sees it: steps in order, how many inputs and constants the
+    caller passes, and the arena's size in bytes."""
+
+    steps: tuple[PlanEntryStep, ...]
+    num_inputs: int
+    num_constants: int
+    arena_bytes: int
+
+
+class PlanEntry:
+    """A native function at `address` running a `PlanEntrySpec`; `owner` keeps its code alive.
+
+    `signature_of(kernel)` gives a step's KernelSignature for error messages.
+    """
+
+    def __init__(self, spec: PlanEntrySpec, address: int, owner: Any,
+                 signature_of: Callable[[str], Any] | None = None) -> None:
+        self.spec = spec
+        self.function = PLAN_ENTRY_FUNCTION(address)
+        self._owner = owner
+        self._signature_of = signature_of
+
+    def __call__(self, inputs, constants, arena_address: int) -> None:
+        """Run the plan: `inputs` and `constants` are ctypes arrays of c_void_p; raises on an error code."""
+        code = self.function(inputs, constants, arena_address)
+        if code != 0:
+            raise RuntimeLaunchError(self.describe_error(code))
+
+    def describe_error(self, code: int) -> str:
+        step = (code >> 16) - 1
+        if not 0 <= step < len(self.spec.steps):
+            return f"the native plan entry failed with error code {code}"
+        kernel = self.spec.steps[step].kernel
+        if self._signature_of is not None:
+            from .native import describe_error
+            detail = describe_error(self._signature_of(kernel), code & 0xFFFF)
+        else:
+            detail = f"error code {code & 0xFFFF}"
+        return f"step {step} (kernel {kernel}) of the native plan entry: {detail}"
