@@ -20,7 +20,7 @@ import numpy as np
 from tensorkiln.ir.errors import CompileError, TargetError
 
 __all__ = ["HLSType", "FLOAT", "QUANTIZATION_MODES", "OVERFLOW_MODES", "TENSOR_TYPES_ATTR", "quantize",
-           "parse_tensor_types"]
+           "parse_tensor_types", "container_dtype", "to_bits", "from_bits"]
 
 TENSOR_TYPES_ATTR = "hls.tensor_types"
 """PrimFunc attribute: ((buffer name, HLS type text), ...), e.g. written by a precision pass."""
@@ -154,3 +154,50 @@ def quantize(values, hls_type: HLSType) -> np.ndarray:
         low = -high if hls_type.signed else low
         integers = np.clip(integers, low, high)
     return integers / scale
+
+
+# --- host-side bit packing (the board device) -----------------------------------------------
+
+def container_dtype(hls_type: HLSType) -> np.dtype:
+    """The numpy integer that holds one element in device memory: ap_[u]fixed / ap_[u]int<W> take the
+    smallest power-of-two number of bytes that holds W bits (Vitis' m_axi layout, and sizeof() of
+    the C-simulation types), with the W-bit two's-complement value sign-extended."""
+    if hls_type.is_float:
+        return np.dtype(np.float32)
+    size = next(n for n in (1, 2, 4, 8) if hls_type.width <= 8 * n)
+    return np.dtype(f"{'i' if hls_type.signed else 'u'}{size}")
+
+
+def to_bits(values, hls_type: HLSType) -> np.ndarray:
+    """`values` (a host array) as device words of `hls_type`, converted as the C-simulation bridge
+    converts them: fixed point from double with the type's rounding and overflow, ap_int from the
+    value truncated toward zero to int64, then wrapped to W bits."""
+    values = np.asarray(values)
+    if hls_type.is_float:
+        return values.astype(np.float32)
+    if hls_type.kind == "fixed":
+        integers = quantize(values.astype(np.float64), hls_type) * 2.0 ** hls_type.fraction
+        return integers.astype(np.int64).astype(container_dtype(hls_type))
+    integers = np.trunc(values).astype(np.int64) if values.dtype.kind == "f" else values.astype(np.int64)
+    return _wrap(integers, hls_type).astype(container_dtype(hls_type))
+
+
+def from_bits(words, hls_type: HLSType) -> np.ndarray:
+    """Device words of `hls_type` as float64 values (fixed) or int64 (ap_int): the low W bits of each
+    word, sign-extended when the type is signed, scaled by 2**-F."""
+    words = np.asarray(words)
+    if hls_type.is_float:
+        return words.astype(np.float64)
+    integers = _wrap(words.astype(np.int64), hls_type)
+    return integers / 2.0 ** hls_type.fraction if hls_type.kind == "fixed" else integers
+
+
+def _wrap(integers: np.ndarray, hls_type: HLSType) -> np.ndarray:
+    """int64 `integers` reduced to W bits, two's complement when signed."""
+    width = hls_type.width
+    if width >= 64:
+        return integers
+    low = integers.astype(np.int64) & np.int64((1 << width) - 1)
+    if hls_type.signed:
+        low = np.where(low >= (1 << (width - 1)), low - (1 << width), low)
+    return low.astype(np.int64)

@@ -8,8 +8,10 @@ device -> xclbin -> buffer objects -> kernel run, per call:
     bo = pyxrt.bo(device, nbytes, pyxrt.bo.normal, kernel.group_id(i)); bo.write(...); bo.sync(TO_DEVICE)
     run = kernel(bo0, bo1, ..., scalars); run.wait(); bo.sync(FROM_DEVICE); bo.read(...)
 When the xclbin does not exist yet, loading writes the Vitis project (vitis.py) beside it
-and raises TargetError saying to run `make` there. Tensors of ap_fixed / ap_int types
-would need host-side bit packing, which this device does not do: it refuses them.
+and raises TargetError saying to run `make` there. A tensor of an ap_fixed / ap_int type
+travels as the kernel's words (types.to_bits: the smallest power-of-two-byte integer per
+element, the W-bit value sign-extended), converted on the host exactly as the C-simulation
+bridge converts it (rounding and overflow of the type), and read back with types.from_bits.
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from tensorkiln.ir.errors import RuntimeLaunchError, TargetError
 from tensorkiln.sdk import Artifact, KernelFunction, LoadedModule, RuntimeLoader
 from tensorkiln.sdk.native import check_arguments
 
+from .types import HLSType, from_bits, to_bits
 from .vitis import write_project
 
 __all__ = ["XRTLoader", "XRTModule", "XRTKernel"]
@@ -45,7 +48,9 @@ class XRTKernel(KernelFunction):
         self.signature = module.artifact.kernel(name)
         self.symbol = module.artifact.kernel_symbol(name)
         self._kernel = module.pyxrt.kernel(module.device, module.uuid, self.symbol)
-        self._written = set(module.artifact.metadata["kernels"][name].get("written", ()))
+        info = module.artifact.metadata["kernels"][name]
+        self._written = set(info.get("written", ()))
+        self._types = {buffer: HLSType.parse(text) for buffer, text in info.get("hls_types", {}).items()}
 
     def __call__(self, *args: Any) -> None:
         check_arguments(self.signature, args)
@@ -55,20 +60,24 @@ class XRTKernel(KernelFunction):
             if param.kind != "buffer":
                 values.append(value.item() if isinstance(value, np.generic) else value)
                 continue
-            array = np.ascontiguousarray(value, dtype=to_numpy(param.dtype))
+            hls_type = self._types.get(param.name)
+            array = np.ascontiguousarray(value, dtype=to_numpy(param.dtype)) if hls_type is None else \
+                np.ascontiguousarray(to_bits(value, hls_type))
             bo = pyxrt.bo(self.module.device, max(array.nbytes, 1), pyxrt.bo.normal, self._kernel.group_id(index))
             bo.write(array.tobytes(), 0)
             bo.sync(pyxrt.xclBOSyncDirection.XCL_BO_SYNC_BO_TO_DEVICE)
             values.append(bo)
-            buffers.append((param, value, bo, array.nbytes))
+            buffers.append((param, value, bo, array.dtype, hls_type))
         run = self._kernel(*values)
         state = run.wait()
         if str(state).split(".")[-1].lower() not in ("ert_cmd_state_completed", "completed"):
             raise RuntimeLaunchError(f"fpga_hls board run of {self.name}: XRT reports {state}")
-        for param, value, bo, nbytes in buffers:
+        for param, value, bo, words, hls_type in buffers:
             if param.name in self._written:
                 bo.sync(pyxrt.xclBOSyncDirection.XCL_BO_SYNC_BO_FROM_DEVICE)
-                data = np.frombuffer(bytes(bo.read(nbytes, 0)), dtype=to_numpy(param.dtype))
+                data = np.frombuffer(bytes(bo.read(value.size * words.itemsize, 0)), dtype=words)
+                if hls_type is not None:   # as the bridge: the type's value, cast to the tensor's C type
+                    data = from_bits(data, hls_type).astype(to_numpy(param.dtype))
                 np.copyto(value, data.reshape(value.shape))
 
 
@@ -91,10 +100,6 @@ class XRTLoader(RuntimeLoader):
 
     def load(self, artifact: Artifact, target: Any = None) -> XRTModule:
         options = getattr(target, "options", {}) or {}
-        typed = {k: t for k, info in artifact.metadata["kernels"].items() for t in info.get("hls_types", {}).values()}
-        if typed:
-            raise TargetError(f"fpga_hls -device=xrt: kernels {sorted(typed)} have ap_fixed/ap_int tensors, whose bit "
-                              "packing on the host is not implemented; run them with -device=csim")
         xclbin = Path(options.get("xclbin") or "")
         if not options.get("xclbin"):
             raise TargetError("fpga_hls -device=xrt needs -xclbin=PATH (the build of the Vitis project that "

@@ -1,9 +1,11 @@
 """fake_pyxrt.py: a stand-in for XRT's pyxrt with the same call surface, running C-simulation.
 
 The "xclbin" it loads is the C-simulation library of the kernels (built by the plugin's
-csim.build_library); a kernel run calls the library's `<symbol>_csim` on the *device* copies
-of its buffer objects, so a missing bo.sync in either direction gives wrong results, as on
-a board. Records what was called in `CALLS`.
+csim.build_library); a kernel run calls the kernel's own top function `<symbol>` (not the
+float bridge) on the *device* copies of its buffer objects, so a missing bo.sync in either
+direction gives wrong results, as on a board, and an ap_fixed / ap_int tensor must arrive as
+the type's words (sizeof(ap_fixed<16,6>) is 2 bytes holding the value times 2**10), which
+the host converts. Records what was called in `CALLS`.
 """
 from __future__ import annotations
 
@@ -76,7 +78,7 @@ class kernel:
 
     def __init__(self, dev: device, xclbin_uuid: uuid, name: str, mode=None) -> None:
         CALLS.append(("kernel", name))
-        self.function = getattr(dev.library, f"{name}_csim")
+        self.function = getattr(dev.library, name)
 
     def group_id(self, index: int) -> int:
         return index

@@ -61,8 +61,60 @@ def test_board_run_through_pyxrt_matches_numpy(matmul, tmp_path, fake_pyxrt):
     assert ("sync", "XCL_BO_SYNC_BO_FROM_DEVICE") in fake_pyxrt.CALLS
 
 
-def test_board_refuses_fixed_point_tensors(matmul, tmp_path, fake_pyxrt):
+def _board_and_csim(s, args, tmp_path, options, name):
+    """The kernel on the board (fake pyxrt running the kernel's own top function on device words)
+    and in C-simulation (the float bridge), from one emitted artifact."""
+    from tensorkiln_fpga_hls.csim import build_library, library_source
+    board = tk.target(f"fpga_hls -device=xrt -xclbin={tmp_path / 'kernels.xclbin'} {options}")
+    artifact = board.spec.emitter.emit([tk.lower(s, args, name=name)], board)
+    (tmp_path / "kernels.xclbin").write_bytes(build_library(library_source(artifact)).read_bytes())
+    return tk.build(s, args, target=board, name=name), tk.build(s, args, target=f"fpga_hls {options}", name=name)
+
+
+@pytest.mark.parametrize("a_type, b_type, c_type", [
+    ("ap_fixed<16,6,AP_RND_CONV,AP_SAT>", "ap_fixed<16,6,AP_RND_CONV,AP_SAT>", "ap_fixed<18,8,AP_RND,AP_SAT>"),
+    ("ap_fixed<12,4,AP_TRN,AP_WRAP>", "ap_ufixed<7,2,AP_RND_ZERO,AP_SAT_SYM>", "ap_fixed<12,4,AP_TRN,AP_WRAP>"),
+], ids=["fixed16-fixed18", "fixed12-ufixed7"])
+def test_board_converts_fixed_point_buffers_as_the_csim_bridge(matmul, tmp_path, fake_pyxrt, a_type, b_type, c_type):
+    """Inputs go to the device as the types' words (host quantisation), outputs come back from words:
+    bit-identical to C-simulation, whose bridge converts inside C++, and to the numpy quantiser."""
+    from tensorkiln_fpga_hls.types import HLSType, quantize
     s, args = _gemm(matmul)
-    with pytest.raises(TargetError, match="bit packing on the host is not implemented"):
-        tk.build(s, args, target=f"fpga_hls -device=xrt -xclbin={tmp_path / 'k.xclbin'} -data_type=ap_fixed<16,6>",
-                 name="gemm")
+    types = f"-tensor_types=A={a_type};B={b_type};C={c_type}"
+    board, csim = _board_and_csim(s, args, tmp_path, types, "fixed_gemm")
+    rng = np.random.default_rng(7)
+    x, y = (rng.standard_normal((32, 24)) * 4).astype(np.float32), rng.standard_normal((24, 16)).astype(np.float32)
+    on_board, simulated = np.zeros((32, 16), np.float32), np.zeros((32, 16), np.float32)
+    board(x, y, on_board)
+    csim(x, y, simulated)
+    np.testing.assert_array_equal(on_board, simulated)
+    type_of = {"A": HLSType.parse(a_type), "B": HLSType.parse(b_type), "C": HLSType.parse(c_type)}
+    expected = quantize(quantize(x, type_of["A"]) @ quantize(y, type_of["B"]), type_of["C"])
+    np.testing.assert_array_equal(on_board, expected.astype(np.float32))
+    sizes = [call[1] for call in fake_pyxrt.CALLS if call[0] == "bo"]
+    words = [type_of[n].width for n in "ABC"]
+    assert sizes == [count * next(b for b in (1, 2, 4, 8) if w <= 8 * b)
+                     for count, w in zip((32 * 24, 24 * 16, 32 * 16), words)]   # packed, not float32
+
+
+def test_board_int8_tensors_as_ap_int(matmul, tmp_path, fake_pyxrt):
+    a, b, c = matmul(8, dtype="int8")
+    s = te.create_schedule(c.op)
+    board, _ = _board_and_csim(s, [a, b, c], tmp_path, "-tensor_types=A=ap_int<8>;B=ap_int<8>;C=ap_int<20>", "int_mm")
+    rng = np.random.default_rng(8)
+    x, y = (rng.integers(-128, 128, (8, 8)).astype(np.int8) for _ in range(2))
+    out = np.zeros((8, 8), np.int32)
+    board(x, y, out)
+    np.testing.assert_array_equal(out, x.astype(np.int32) @ y.astype(np.int32))   # |sum| < 2**19: fits ap_int<20>
+
+
+def test_bits_round_trip_and_layout():
+    from tensorkiln_fpga_hls.types import HLSType, from_bits, to_bits
+    t = HLSType.parse("ap_fixed<16,6>")
+    words = to_bits(np.array([-1.25, 0.5, 31.9995]), t)
+    assert words.dtype == np.int16 and list(words) == [-1280, 512, 32767]   # value * 2**10, truncated
+    np.testing.assert_array_equal(from_bits(words, t), [-1.25, 0.5, 32767 / 1024])
+    u = HLSType.parse("ap_uint<4>")
+    assert to_bits(np.array([17, -1]), u).dtype == np.uint8 and list(to_bits(np.array([17, -1]), u)) == [1, 15]
+    s = HLSType.parse("ap_int<5>")
+    assert list(from_bits(np.array([0b11111, 0b01111, -1], np.int8), s)) == [-1, 15, -1]   # sign from bit 4
