@@ -55,19 +55,26 @@ def _divide(a, b):
     return select(is_zero, const_like(0, a.dtype), quotient)
 
 
+def _float_fmod(a, b):
+    """C fmod: exact (no a / b rounding), NaN for x fmod 0 and inf fmod y, x for finite x fmod inf."""
+    return n.Call(a.dtype, "fmod", (a, b))
+
+
 def _floor_mod(a, b):
     if dtype_of(a.dtype).is_float:
-        return a - te.floor(a / b) * b
+        # numpy's npy_divmod: C fmod moved to the divisor's sign, and a zero result takes the
+        # divisor's sign; -3 mod inf == inf and 1 mod -inf == -inf (a - floor(a / b) * b gives NaN)
+        rest = _float_fmod(a, b)
+        zero = const_like(0, a.dtype)
+        moved = select(n.And(n.NE(rest, zero), n.NE(rest < zero, b < zero)), rest + b, rest)
+        signed_zero = select(b < zero, const_like(-0.0, a.dtype), zero)
+        return select(n.EQ(rest, zero), signed_zero, moved)
     return n.FloorMod(a, _safe_divisor(b)[0])  # x % 1 == 0: numpy's x % 0 and x % -1
-
-
-def _trunc(value):
-    return select(value < 0.0, te.ceil(value), te.floor(value))
 
 
 def _fmod(a, b):
     if dtype_of(a.dtype).is_float:
-        return a - _trunc(a / b) * b
+        return _float_fmod(a, b)
     divisor = _safe_divisor(b)[0]
     return a - n.Div(a, divisor) * divisor  # 0 where b is 0 or -1, as numpy's fmod
 
