@@ -9,9 +9,11 @@ thread reads is either inlined or computed by that thread (compute_at its thread
 
     injective        all axes fused, split by the block size, bound to blockIdx.x/threadIdx.x;
                      the innermost axis vectorized by a lanes divisor when it divides
-    reductions       one thread per output element (or per row for softmax / layer_norm /
-    softmax, norm    lrn when there are enough rows); the reductions a row needs run
-                     serially inside that thread, into private accumulators
+    reductions       long reductions with few outputs: one work-group per row, the reduction
+    softmax, norm    axes split over its threads and combined across them (gpu_reduce.py, which
+    global pools     states the rule); otherwise one thread per output element (or per row for
+                     softmax / layer_norm / lrn when there are enough rows), the reductions a
+                     row needs run serially inside that thread, into private accumulators
     conv2d family    one thread per (output-channel block x pixel): a block of channels
                      accumulates in private memory, each input value read once per block
     dense / matmul   (TILE x TILE) work-groups, one output per work-item; the block's rows
@@ -36,6 +38,7 @@ from ... import te
 from ...ops import tags
 from .common import as_outputs, divisor_at_most, extent_of, fuse_all, resolve_target, vector_lanes
 from .fused import find_anchor
+from .gpu_reduce import cross_thread_rows
 
 __all__ = ["schedule_gpu", "has_threads", "threads_per_block", "gpu_strategies", "MATMUL_TILE"]
 
@@ -50,6 +53,8 @@ of at most RECOMPUTE_ROW_MAX elements: then one thread per element, each recompu
 _CONV_TAGS = (tags.CONV2D_NCHW, tags.DEPTHWISE_CONV2D_NCHW, tags.GROUP_CONV2D_NCHW, tags.CONV2D_TRANSPOSE_NCHW)
 _MATMUL_TAGS = (tags.DENSE, tags.BATCH_MATMUL)
 _ROW_TAGS = (tags.SOFTMAX, tags.LOG_SOFTMAX, tags.NORM)
+_CROSS_THREAD_TAGS = (*_ROW_TAGS, tags.COMM_REDUCE, tags.GLOBAL_POOL)
+"""Anchors whose reductions may run across the threads of a work-group (gpu_reduce.py decides)."""
 
 
 def has_threads(target) -> bool:
@@ -235,6 +240,8 @@ def _schedule_elementwise(s: te.Schedule, output: te.Tensor, intermediates: list
 
 def _schedule_anchored(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, intermediates: list, target) -> None:
     tag = anchor.op.tag
+    if tag in _CROSS_THREAD_TAGS and cross_thread_rows(s, output, intermediates, target, threads_per_block(target)):
+        return
     if tag in _CONV_TAGS and _conv(s, anchor, output, intermediates, target):
         return
     if tag in _MATMUL_TAGS and _matmul(s, anchor, output, intermediates, target):
