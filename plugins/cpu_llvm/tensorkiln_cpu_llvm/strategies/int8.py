@@ -37,7 +37,9 @@ def int8_strategies(target, schedule, dense_space) -> list[OpImplementation]:
     """The int8 implementations: `schedule` is cpu_llvm's fused-group scheduler (anchor table) and
     `dense_space` the dense anchor's knobs. Integer convolutions need no entry: the core's conv
     compute honours out_dtype, so the tag-keyed conv strategies schedule them as they are."""
-    del target   # the anchor schedules read the CPU facts themselves
-    return [OpImplementation("cpu_llvm.dense_int8", ("nn.dense",), schedule, compute=_dense_compute,
+    from .int8_gemm import int8_gemm_strategies   # the int8 GEMM (VNNI / AVX2) where it applies
+
+    return [*int8_gemm_strategies(target),
+            OpImplementation("cpu_llvm.dense_int8", ("nn.dense",), schedule, compute=_dense_compute,
                              space=dense_space, condition=_accumulates_int32, priority=INT8_PRIORITY)]
 
