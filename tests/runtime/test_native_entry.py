@@ -1,0 +1,185 @@
+"""The executor's whole-plan native entry (runtime/native_entry.py): same bits as the Python
+executor, the fallbacks to it and why, inputs read in place, threads, and bad inputs."""
+from __future__ import annotations
+
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph
+from tensorkiln.ir.errors import RuntimeLaunchError
+from tensorkiln.runtime.native_entry import NATIVE_EXECUTOR, PYTHON_EXECUTOR
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+import real_graphs  # noqa: E402
+
+RNG = np.random.default_rng(7)
+
+
+def _cnn_module() -> graph.Module:
+    """conv -> bias -> relu -> max pool -> flatten -> dense -> softmax, and a second output."""
+    x = graph.var("x", shape=(1, 3, 12, 12), dtype="float32")
+    w = graph.const(RNG.standard_normal((8, 3, 3, 3)).astype(np.float32) * 0.3)
+    b = graph.const(RNG.standard_normal((1, 8, 1, 1)).astype(np.float32))
+    y = graph.nn.relu(graph.nn.conv2d(x, w, padding=(1, 1, 1, 1)) + b)
+    y = graph.nn.max_pool2d(y, pool_size=(2, 2), strides=(2, 2))
+    flat = graph.reshape(y, (1, 8 * 6 * 6))
+    dense = graph.nn.dense(flat, graph.const(RNG.standard_normal((10, 288)).astype(np.float32) * 0.05))
+    return graph.Module.from_expr(graph.tuple_(graph.nn.softmax(dense), graph.sigmoid(y)))
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    return _cnn_module()
+
+
+@pytest.fixture(scope="module")
+def cnn_lib(cnn):
+    return tk.compile(cnn, target="cpu_llvm")
+
+
+X = RNG.standard_normal((1, 3, 12, 12)).astype(np.float32)
+
+
+def _bitwise_equal(first, second) -> None:
+    assert len(first) == len(second)
+    for a, b in zip(first, second):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8))
+
+
+def test_a_plain_model_runs_as_one_native_call_and_summary_says_so(cnn_lib, cnn):
+    assert cnn_lib.executor.native_entry is not None
+    assert cnn_lib.summary()["executor"] == NATIVE_EXECUTOR
+    native = cnn_lib.run({"x": X})
+    _bitwise_equal(native, cnn_lib.executor.run_with({"x": X}, native=False))
+    for actual, expected in zip(native, graph.evaluate(cnn, {"x": X})):
+        np.testing.assert_allclose(actual, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name, params", [("tcn", dict(channels=16, steps=64, layers=3)),
+                                          ("shape_ops", dict(batch=2, seq=8, d=16)),
+                                          ("gpt_decoder_block", dict(seq=8, d=32, heads=2))])
+def test_real_graphs_give_the_same_bits_native_and_in_python(name, params):
+    import onnxruntime as ort
+
+    builder = {b.__name__: b for b in real_graphs.BUILDERS}[name]
+    _, model, inputs = builder(**params)
+    lib = tk.compile(model, target="cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    native = lib.run(inputs)
+    _bitwise_equal(native, lib.executor.run_with(inputs, native=False))
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, inputs)
+    for actual, expected in zip(native, want):
+        np.testing.assert_allclose(actual, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_the_stateful_api_and_opt_level_0_use_the_entry_too(cnn):
+    lib = tk.compile(cnn, target="cpu_llvm", opt_level=0)
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    lib.set_input("x", X)
+    lib.run()
+    _bitwise_equal([lib.get_output(0), lib.get_output(1)], lib.executor.run_with({"x": X}, native=False))
+
+
+def test_inputs_read_in_place_or_copied_give_the_same_result(cnn_lib):
+    expected = cnn_lib.executor.run_with({"x": X}, native=False)
+    read_only = X.copy()
+    read_only.flags.writeable = False
+    strided = np.zeros((1, 3, 12, 24), np.float32)[..., ::2]
+    strided[...] = X
+    fortran = np.asfortranarray(X)
+    for variant in (X, read_only, strided, fortran):
+        _bitwise_equal(cnn_lib.run([variant]), expected)
+    # the caller's array is read, never written
+    before = X.copy()
+    cnn_lib(X)
+    np.testing.assert_array_equal(X, before)
+
+
+def test_bad_inputs_get_the_clear_errors_before_native_code(cnn_lib):
+    with pytest.raises(RuntimeLaunchError, match=r"input 'x' has shape \(1, 3, 12, 11\), expected \(1, 3, 12, 12\)"):
+        cnn_lib(X[..., :11])
+    with pytest.raises(RuntimeLaunchError, match=r"input 'x' has dtype float64, expected float32; convert"):
+        cnn_lib(X.astype(np.float64))
+    with pytest.raises(RuntimeLaunchError, match=r"inputs \['x'\] were not given"):
+        cnn_lib.run({})
+    _bitwise_equal(cnn_lib.run([X]), cnn_lib.executor.run_with({"x": X}, native=False))   # still fine after
+
+
+def test_two_threads_share_no_arena(cnn_lib):
+    batches = [RNG.standard_normal((1, 3, 12, 12)).astype(np.float32) for _ in range(8)]
+    expected = [cnn_lib.executor.run_with({"x": b}, native=False) for b in batches]
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for _ in range(5):
+            results = list(pool.map(lambda b: cnn_lib.run({"x": b}), batches))
+            for got, want in zip(results, expected):
+                _bitwise_equal(got, want)
+
+
+def test_use_native_false_and_the_profiler_run_step_by_step(cnn_lib):
+    from tensorkiln.runtime.profiler import profile
+
+    executor = cnn_lib.executor
+    report = profile(cnn_lib, {"x": X}, repeat=2, warmup=0)
+    assert len(report.steps) == len(cnn_lib.plan.steps) and all(s.seconds > 0 for s in report.steps)
+    executor.use_native = False
+    try:
+        assert executor.executor_kind == f"{PYTHON_EXECUTOR}: use_native is False"
+        python = cnn_lib.run({"x": X})
+        assert len(executor.last_step_times) == len(cnn_lib.plan.steps)
+    finally:
+        executor.use_native = True
+    _bitwise_equal(cnn_lib.run({"x": X}), python)
+
+
+def test_control_flow_falls_back_to_the_python_executor_and_its_bodies_run_native():
+    x = graph.var("x", (4,))
+    flag = graph.var("flag", (), dtype="bool")
+    p, q = graph.Var("p", x.checked_type), graph.Var("q", x.checked_type)
+    expr = graph.call("if", flag, graph.call("exp", x), then_branch=graph.Function((p,), graph.call("tanh", p)),
+                      else_branch=graph.Function((q,), q * graph.const(np.float32(3))))
+    lib = tk.compile(graph.Module.from_expr(expr), "cpu_llvm")
+    kind = lib.summary()["executor"]
+    assert kind.startswith(f"{PYTHON_EXECUTOR}: control-flow steps run host programs")
+    value = np.linspace(-1, 1, 4).astype(np.float32)
+    np.testing.assert_allclose(lib(flag=np.array(True), x=value), np.tanh(np.exp(value)), rtol=1e-6)
+    np.testing.assert_allclose(lib(flag=np.array(False), x=value), np.exp(value) * 3, rtol=1e-6)
+    (program,) = lib.host_programs.values()
+    assert [body.executor.executor_kind for body in program.bodies] == [NATIVE_EXECUTOR] * 2
+
+
+def test_gather_indices_computed_in_the_graph_fall_back_and_stay_checked():
+    data = graph.var("data", (3, 4))
+    idx = graph.var("idx", (3,), dtype="int64")
+    lib = tk.compile(graph.Module.from_expr(graph.take(data, idx + graph.const(np.int64(1)), axis=0)), "cpu_llvm")
+    assert "gathers with indices computed in the graph" in lib.summary()["executor"]
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    np.testing.assert_array_equal(lib(data=table, idx=np.array([1, -4, 0], np.int64)), table[[2, 0, 1]])
+    with pytest.raises(RuntimeLaunchError, match=r"index 3"):
+        lib(data=table, idx=np.array([2, 0, 0], np.int64))
+
+
+def test_gather_indices_that_are_inputs_are_checked_before_the_native_call():
+    data = graph.var("data", (3, 4))
+    idx = graph.var("idx", (3,), dtype="int64")
+    lib = tk.compile(graph.Module.from_expr(graph.nn.relu(graph.take(data, idx, axis=0))), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    table = np.arange(12, dtype=np.float32).reshape(3, 4) - 5
+    np.testing.assert_array_equal(lib(data=table, idx=np.array([2, -3, 1], np.int64)),
+                                  np.maximum(table[[2, 0, 1]], 0))
+    with pytest.raises(RuntimeLaunchError, match=r"index 3"):
+        lib(data=table, idx=np.array([3, 0, 0], np.int64))
+
+
+def test_an_input_that_is_also_an_output_is_returned_intact():
+    x = graph.var("x", (2, 3))
+    lib = tk.compile(graph.Module.from_expr(graph.tuple_(x, graph.nn.relu(x))), "cpu_llvm")
+    value = np.array([[-1, 2, -3], [4, -5, 6]], np.float32)
+    same, relu = lib.run({"x": value})
+    np.testing.assert_array_equal(same, value)
+    np.testing.assert_array_equal(relu, np.maximum(value, 0))
