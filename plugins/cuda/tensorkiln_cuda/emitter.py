@@ -60,6 +60,11 @@ class CUDAEmitter(CSourceEmitter):
     thread_index = {"blockIdx": "blockIdx.{axis}", "threadIdx": "threadIdx.{axis}"}
     barriers = {"shared": "__syncthreads();", "global": "__threadfence(); __syncthreads();"}
 
+    # cross-thread reductions combine within warps by shuffles (warp size: the manifest's warp_size)
+    warp_shuffle = {"tk_shfl_down": "__shfl_down_sync(0xffffffffu, {0}, {1}, {2})",
+                    "tk_shfl": "__shfl_sync(0xffffffffu, {0}, {1}, {2})"}
+    shuffle_dtypes = ("float32", "float64", "int32", "int64", "uint32", "uint64")
+
     parallel_pragma = None
     unroll_pragma = "#pragma unroll"
 

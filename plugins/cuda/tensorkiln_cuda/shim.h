@@ -43,12 +43,41 @@ namespace tk_shim {
 inline thread_local std::barrier<>* block_barrier = nullptr;
 inline thread_local std::barrier<>* warp_barrier = nullptr;   // blocks of whole warps, threaded mode
 inline unsigned char* dynamic_shared = nullptr;
+inline unsigned char* shuffle_slots = nullptr;   // 8 bytes per thread of the block, threaded mode
 }  // namespace tk_shim
 
 #define TK_DYNAMIC_SHARED(type, name, offset) type* name = reinterpret_cast<type*>(tk_shim::dynamic_shared + (offset))
 
 inline void __syncthreads() { if (tk_shim::block_barrier) tk_shim::block_barrier->arrive_and_wait(); }
 inline void __syncwarp(unsigned = 0xffffffffu) { if (tk_shim::warp_barrier) tk_shim::warp_barrier->arrive_and_wait(); }
+// ---- warp shuffles -----------------------------------------------------------------------------
+// Every thread of the block posts its value and reads its source's after a block barrier, so
+// the block's threads must all call the same shuffles in the same order (tensorkiln's lowering
+// of cross-thread reductions only emits such uniform shuffles); lanes are linear thread ids % 32.
+namespace tk_shim {
+inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+template <class T>
+inline T exchange(T value, unsigned source) {
+  static_assert(sizeof(T) <= 8, "shuffles move values of at most 8 bytes");
+  std::memcpy(shuffle_slots + 8 * linear_thread(), &value, sizeof(T));
+  block_barrier->arrive_and_wait();
+  T out;
+  std::memcpy(&out, shuffle_slots + 8 * source, sizeof(T));
+  block_barrier->arrive_and_wait();   // nobody posts the next value before everyone has read this one
+  return out;
+}
+}  // namespace tk_shim
+template <class T>
+inline T __shfl_down_sync(unsigned, T value, unsigned delta, int width = 32) {
+  const unsigned me = tk_shim::linear_thread(), in_segment = me % 32 % unsigned(width);
+  return tk_shim::exchange(value, in_segment + delta < unsigned(width) ? me + delta : me);
+}
+template <class T>
+inline T __shfl_sync(unsigned, T value, int lane, int width = 32) {
+  const unsigned me = tk_shim::linear_thread();
+  return tk_shim::exchange(value, me - me % 32 % unsigned(width) + unsigned(lane) % unsigned(width));
+}
+
 inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 inline float __int_as_float(int v) { return std::bit_cast<float>(v); }
 inline int __float_as_int(float v) { return std::bit_cast<int>(v); }
@@ -160,6 +189,8 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_bytes, bool threaded, Ker
     return;
   }
   std::barrier<> barrier(threads);
+  std::vector<unsigned char> slots(8 * threads);
+  shuffle_slots = slots.data();
   std::vector<std::unique_ptr<std::barrier<>>> warps;
   if (threads % 32 == 0)
     for (unsigned w = 0; w < threads / 32; ++w) warps.push_back(std::make_unique<std::barrier<>>(32));

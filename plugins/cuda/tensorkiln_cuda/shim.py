@@ -47,9 +47,9 @@ def _kernel_text(source: str, symbol: str) -> str:
 
 def needs_threads(source: str, symbol: str) -> bool:
     """Whether a kernel needs its threads to run at once: it has a barrier, shared memory or a warp-level
-    (wmma) call. Other kernels cannot see another thread's work: running their threads one by one is the same."""
+    (wmma, shuffle) call. Other kernels cannot see another thread's work: running their threads one by one is the same."""
     text = _kernel_text(source, symbol)
-    return any(word in text for word in ("__syncthreads", "__shared__", "TK_DYNAMIC_SHARED", "wmma"))
+    return any(word in text for word in ("__syncthreads", "__shared__", "TK_DYNAMIC_SHARED", "wmma", "__shfl"))
 
 
 def _launcher(artifact: Artifact, emitter, name: str) -> tuple[str, str]:
