@@ -262,8 +262,9 @@ def _a_group(builder: ir.IRBuilder, plan: Int8ConvPlan, pointer: ir.Value, valid
 def _define_pack(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Function:
     """pack(W, w0, w1, w2, Bp, sums, s): sliver s of B in the VNNI layout, and (signed vnni) 128 x its column sums.
 
-    W[ry, rx, c, n] (conv, strides w0..w2) or W[n, k] (dense, stride w0). One value at a time:
-    the weights are copied once per call, a small share of the GEMM's work.
+    W[ry, rx, c, n] (conv, strides w0..w2) or W[n, k] (dense, stride w0). A full sliver of a
+    conv whose C is a multiple of the group is interleaved a vector at a time (the copy runs
+    at memory speed: it is redone on every call); the rest one value at a time.
     """
     isa = plan.isa
     function, builder = _internal(module, name, [PTR, I64, I64, I64, PTR, I32_PTR, I64])
@@ -272,6 +273,70 @@ def _define_pack(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functio
     element = I8 if group == 4 else I16
     out = builder.bitcast(builder.gep(bp, [builder.mul(sliver, I64(plan.sliver_bytes))]), element.as_pointer())
     column0 = builder.mul(sliver, I64(nr))
+    if plan.kind == "conv" and plan.channels % group == 0 and plan.out_channels >= nr:
+        vectorizable = builder.icmp_signed("<", sliver, I64(plan.out_channels // nr))
+        with builder.if_else(vectorizable, likely=True) as (fast, slow):
+            with fast:
+                _pack_vectors(builder, plan, w, (w0, w1, w2), out, sums, column0)
+            with slow:
+                _pack_values(builder, plan, w, (w0, w1, w2), out, sums, column0)
+    else:
+        _pack_values(builder, plan, w, (w0, w1, w2), out, sums, column0)
+    builder.ret_void()
+    return function
+
+
+def _pack_vectors(builder: ir.IRBuilder, plan: Int8ConvPlan, w, strides, out, sums, column0) -> None:
+    """A full sliver of HWIO weights: per group, `group` rows of nr bytes interleaved by one shuffle."""
+    isa = plan.isa
+    group, nr = isa.group, isa.nr
+    w0, w1, w2 = strides
+    row_type = ir.VectorType(I8, nr)
+    element = I8 if group == 4 else I16
+    wide_type = ir.VectorType(element, nr)
+    total = alloca_in_entry(builder, _ivec(nr), name="sums")
+    builder.store(ir.Constant(_ivec(nr), None), total)
+    with for_range(builder, I64(0), I64(plan.kernel[0]), name="ry") as ry:
+        with for_range(builder, I64(0), I64(plan.kernel[1]), name="rx") as rx:
+            tap = builder.add(builder.mul(ry, I64(plan.kernel[1])), rx)
+            base = builder.add(builder.add(builder.mul(ry, w0), builder.mul(rx, w1)), column0)
+            with for_range(builder, I64(0), I64(plan.groups_per_tap), name="q") as q:
+                rows = []
+                for e in range(group):
+                    c = builder.add(builder.mul(q, I64(group)), I64(e))
+                    pointer = builder.bitcast(builder.gep(w, [builder.add(base, builder.mul(c, w2))]),
+                                              row_type.as_pointer())
+                    rows.append(builder.load(pointer, align=1))
+                sum_vector = builder.load(total)
+                for row in rows:
+                    sum_vector = builder.add(sum_vector, builder.sext(row, _ivec(nr)))
+                builder.store(sum_vector, total)
+                if element is I16:
+                    rows = [builder.sext(row, wide_type) for row in rows]
+                # concatenate pairs, then one shuffle puts lane j's `group` values side by side
+                pairs = [builder.shuffle_vector(rows[i], rows[i + 1], ir.Constant(ir.VectorType(I32, 2 * nr),
+                                                                                    list(range(2 * nr))))
+                         for i in range(0, group, 2)]
+                if group == 4:
+                    mask = [(e // 2) * 2 * nr + (e % 2) * nr + j for j in range(nr) for e in range(4)]
+                    packed = builder.shuffle_vector(pairs[0], pairs[1], ir.Constant(ir.VectorType(I32, 4 * nr), mask))
+                else:
+                    mask = [e * nr + j for j in range(nr) for e in range(2)]
+                    packed = builder.shuffle_vector(pairs[0], ir.Constant(pairs[0].type, ir.Undefined),
+                                                    ir.Constant(ir.VectorType(I32, 2 * nr), mask))
+                index = builder.mul(builder.add(builder.mul(tap, I64(plan.groups_per_tap)), q), I64(nr * group))
+                builder.store(packed, builder.bitcast(builder.gep(out, [index]), packed.type.as_pointer()), align=1)
+    if plan.corrects:
+        scaled = builder.mul(builder.load(total), ir.Constant(_ivec(nr), [I32(128)] * nr))
+        builder.store(scaled, builder.bitcast(builder.gep(sums, [column0]), _ivec(nr).as_pointer()), align=4)
+
+
+def _pack_values(builder: ir.IRBuilder, plan: Int8ConvPlan, w, strides, out, sums, column0) -> None:
+    """Any sliver, one value at a time: zero past C (per tap) and past N."""
+    isa = plan.isa
+    group, nr = isa.group, isa.nr
+    element = I8 if group == 4 else I16
+    w0, w1, w2 = strides
     with for_range(builder, I64(0), I64(nr), name="j") as j:
         n = builder.add(column0, j)
         valid_n = builder.icmp_signed("<", n, I64(plan.out_channels))
@@ -301,8 +366,6 @@ def _define_pack(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functio
                     builder.store(stored, builder.gep(out, [index]), align=1)
         if plan.corrects:
             builder.store(builder.mul(builder.load(total), I32(128)), builder.gep(sums, [n]))
-    builder.ret_void()
-    return function
 
 
 # ---- the register tile ---------------------------------------------------------------------------
