@@ -21,8 +21,10 @@ both sides. Columns:
              is pessimistic for tensorkiln.
 
 Per model and configuration: median ms of both, the ratio, compile seconds, kernel launches,
-the executor's time outside kernels per launch (from tk.runtime.profiler, 1 thread), and the max
-abs difference from onnxruntime's output. At the end: geometric means per column over the light
+the time outside kernels per launch (1 thread; kernel times from tk.runtime.profiler) of the Python
+executor ("outside") and of the native entry that runs the whole plan in one call ("native", the
+default where the plan has one, so "tk ms" is measured with it), and the max abs difference from
+onnxruntime's output. At the end: geometric means per column over the light
 models and over the real-world graphs; a markdown table (models.md) and a bar chart of the ratios
 (models.png) under --out.
 """
@@ -64,6 +66,7 @@ class Result:
     launches: int
     outside_us: float | None   # executor time outside kernels per launch (1 thread only)
     error: float
+    native_us: float | None = None   # the same with the native entry (one call per run), 1 thread only
 
 
 @dataclass
@@ -142,16 +145,33 @@ def run_tensorkiln(lib, inputs):
     return lib.get_output(0)
 
 
-def outside_kernels_us(lib, inputs, repeat: int) -> float | None:
-    """Executor time outside kernel calls per launch, in microseconds (median run - sum of step medians);
-    None on a checkout older than the profiler."""
+def outside_kernels_us(lib, inputs, repeat: int) -> tuple[float | None, float | None]:
+    """Time outside kernel calls per launch, in microseconds, of the Python executor and of the native
+    entry: (median run - sum of the profiler's step medians) / launches, with Python and native runs
+    in interleaved blocks so that a load change hits both. None on a checkout older than the profiler
+    (both) or the native entry (the second), or when the model has no native entry."""
     try:
         from tensorkiln.runtime.profiler import profile
     except ImportError:
-        return None
+        return None, None
     report = profile(lib, inputs, repeat=repeat)
     kernel_seconds = sum(step.seconds for step in report.steps)
-    return 1e6 * max(0.0, report.run_seconds - kernel_seconds) / max(1, len(report.steps))
+    launches = max(1, len(report.steps))
+    python_us = 1e6 * max(0.0, report.run_seconds - kernel_seconds) / launches
+    executor = lib.executor
+    if getattr(executor, "native_entry", None) is None:
+        return python_us, None
+    python, native = [], []
+    for _ in range(max(5, repeat)):
+        start = time.perf_counter()
+        executor.run_with(inputs, native=False)
+        middle = time.perf_counter()
+        executor.run_with(inputs)
+        native.append(time.perf_counter() - middle)
+        python.append(middle - start)
+    python_us = 1e6 * max(0.0, statistics.median(python) - kernel_seconds) / launches
+    native_us = 1e6 * max(0.0, statistics.median(native) - kernel_seconds) / launches
+    return python_us, native_us
 
 
 def bench_model(name: str, kind: str, args, suite: Suite) -> None:
@@ -180,22 +200,24 @@ def bench_model(name: str, kind: str, args, suite: Suite) -> None:
                 tk_s, ort_s, ratio = interleaved(lambda: run_tensorkiln(lib, inputs),
                                                  lambda: session.run(None, inputs),
                                                  args.repeat)
-                outside = outside_kernels_us(lib, inputs, max(5, args.repeat // 2)) if threads == 1 else None
+                outside, native = outside_kernels_us(lib, inputs, max(5, args.repeat // 2)) if threads == 1 \
+                    else (None, None)
                 level_text = "" if args.opt_levels == [3] else f" opt{level}"
                 result = Result(name, kind, f"{isa}{level_text} {threads}t", 1e3 * tk_s, 1e3 * ort_s, ratio,
-                                compile_s, launches, outside, error)
+                                compile_s, launches, outside, error, native)
                 suite.results.append(result)
                 print_row(result)
 
 
 HEADER = (f"{'model':20s} {'column':14s} {'tk ms':>9s} {'ort ms':>9s} {'tk/ort':>7s} {'compile s':>9s} "
-          f"{'launches':>8s} {'outside us/launch':>17s} {'max|err|':>9s}")
+          f"{'launches':>8s} {'outside us/launch':>17s} {'native us/launch':>16s} {'max|err|':>9s}")
 
 
 def print_row(r: Result) -> None:
     outside = f"{r.outside_us:17.1f}" if r.outside_us is not None else f"{'-':>17s}"
+    native = f"{r.native_us:16.1f}" if r.native_us is not None else f"{'-':>16s}"
     print(f"{r.model:20s} {r.column:14s} {r.tk_ms:9.2f} {r.ort_ms:9.2f} {r.ratio:7.2f} {r.compile_s:9.2f} "
-          f"{r.launches:8d} {outside} {r.error:9.2e}", flush=True)
+          f"{r.launches:8d} {outside} {native} {r.error:9.2e}", flush=True)
 
 
 def environment_line(args) -> str:
@@ -228,6 +250,13 @@ def markdown(suite: Suite, env: str) -> str:
         means = [suite.geomean(c, kind) for c in columns]
         if any(m is not None for m in means):
             lines.append(f"| **{label}** | " + " | ".join(f"**{m:.2f}**" if m else "-" for m in means) + " |")
+    overheads = [r for r in suite.results if r.outside_us is not None]
+    if overheads:
+        lines += ["", "Time outside kernels per launch, 1 thread (us): Python executor vs native entry", "",
+                  "| model | column | launches | python | native |", "|---|---|---:|---:|---:|"]
+        for r in overheads:
+            native = f"{r.native_us:.1f}" if r.native_us is not None else "-"
+            lines.append(f"| {r.model} | {r.column} | {r.launches} | {r.outside_us:.1f} | {native} |")
     return "\n".join(lines) + "\n"
 
 
