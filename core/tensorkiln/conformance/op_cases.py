@@ -331,6 +331,41 @@ def _ngram_counts(dtype, variant, rng):
 
 _register("ngram_counts", INT, _ngram_counts)
 
+# N-d windows (3-D volumes, 1-D sequences) and the max pool's indices
+_POOL_ND = ({"pool_size": (2, 2, 2), "strides": (2, 2, 2), "padding": (0,) * 6, "dilation": (1, 1, 1)},
+            {"pool_size": (3, 2, 2), "strides": (1, 2, 1), "padding": (1, 0, 1, 1, 1, 0), "dilation": (1, 1, 2)},
+            {"pool_size": (2, 3, 2), "strides": (2, 1, 2), "padding": (0, 1, 0, 0, 1, 0), "dilation": (1, 1, 1),
+             "ceil_mode": True})
+_register("nn.max_pool", NUMERIC, _fixed(("x", (1, 2, 5, 5, 6), "any"), variants=_POOL_ND))
+_register("nn.avg_pool", FLOAT, _fixed(("x", (1, 2, 5, 5, 6), "any"), variants=(
+    _POOL_ND[0], {**_POOL_ND[1], "count_include_pad": True}, _POOL_ND[2])))
+_register("nn.max_pool_indices", FLOAT, _fixed(("x", (2, 2, 5, 6), "any"), variants=(
+    {"pool_size": (2, 2), "strides": (2, 2), "padding": (0, 0, 0, 0), "dilation": (1, 1)},
+    {"pool_size": (3, 3), "strides": (1, 2), "padding": (1, 1, 1, 1), "dilation": (1, 1), "storage_order": 1},
+    {"pool_size": (2, 2), "strides": (2, 1), "padding": (0, 0, 1, 0), "dilation": (2, 1), "ceil_mode": True})))
+_register("nn.conv_transpose", FLOAT, _fixed(
+    shapes=((("x", (1, 2, 3, 3, 2), "any"), ("weight", (2, 3, 2, 2, 2), "any")),
+            (("x", (1, 4, 2, 3, 2), "any"), ("weight", (4, 1, 3, 2, 2), "any")),
+            (("x", (2, 2, 5), "any"), ("weight", (2, 2, 3), "any"))),
+    variants=({"strides": (1, 1, 1), "padding": (0,) * 6, "dilation": (1, 1, 1), "output_padding": (0, 0, 0)},
+              {"strides": (2, 1, 2), "padding": (1, 0, 0, 0, 1, 1), "dilation": (1, 2, 1), "groups": 2,
+               "output_padding": (1, 0, 0)},
+              {"strides": (2,), "padding": (1, 0), "dilation": (1,), "output_padding": (1,)})))
+
+
+def _roi_align(dtype, variant, rng):
+    """Regions partly outside the input too (their samples there weigh 0), one per batch index."""
+    corners = rng.uniform(-1.0, 6.0, (3, 2, 2))
+    rois = np.concatenate([corners.min(axis=1), corners.max(axis=1)], axis=1)
+    attrs = ({"output_height": 2, "output_width": 3},
+             {"output_height": 3, "output_width": 2, "mode": "max", "sampling_ratio": 2, "half_pixel": False},
+             {"output_height": 2, "output_width": 2, "spatial_scale": 0.5, "sampling_ratio": 0})[variant]
+    return OpInstance((("x", data((2, 2, 6, 5), dtype, rng)), ("rois", rois.astype(_np(dtype))),
+                       ("batch_indices", np.array([0, 1, 1], dtype=np.int64))), attrs)
+
+
+_register("image.roi_align", FLOAT, _roi_align)
+
 def case_for(op_name: str) -> OpCase | None:
     """The case of `op_name`, or None when the table has none yet."""
     return CASES.get(op_name)

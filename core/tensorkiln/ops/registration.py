@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Callable
 
 from ..graph import registry
-from . import bitcast, broadcast, col2im, elementwise, image, ngram, reduction, sampling, scan, scatter, sort, transform
-from .nn import conv2d, dense, norm, pooling, softmax
+from . import bitcast, broadcast, col2im, elementwise, image, ngram, reduction, roi_align, sampling, scan, scatter, sort, transform
+from .nn import conv2d, dense, norm, pooling, softmax, window_nd
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
 
@@ -49,6 +49,9 @@ def _computes() -> dict[str, Callable]:
         "scatter_elements": scatter.scatter_elements, "scatter_nd": scatter.scatter_nd, "bitcast": bitcast.bitcast,
         "col2im": col2im.col2im, "ngram_counts": ngram.ngram_counts,
     })
+    table.update({"nn.max_pool": window_nd.max_pool, "nn.avg_pool": window_nd.avg_pool,
+                  "nn.max_pool_indices": window_nd.max_pool_indices, "nn.conv_transpose": window_nd.conv_transpose,
+                  "image.roi_align": roi_align.roi_align})
     return table
 
 

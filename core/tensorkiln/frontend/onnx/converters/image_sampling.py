@@ -1,4 +1,4 @@
-"""Converters for ONNX sampling ops: GridSample, DeformConv."""
+"""Converters for ONNX sampling ops: GridSample, DeformConv, RoiAlign."""
 from __future__ import annotations
 
 import numpy as np
@@ -73,3 +73,14 @@ def _deform_conv(node: OnnxNode) -> Expr:
     kernel = node.call("reshape", weight, newshape=(group, out_channels // group, channels // group * taps))
     out = node.call("reshape", node.call("nn.matmul", kernel, columns), newshape=(n, out_channels, oh, ow))
     return out if bias is None else node.call("nn.bias_add", out, bias, axis=1)
+
+
+@converter("RoiAlign")
+def _roi_align(node: OnnxNode) -> Expr:
+    mode = node.attr("coordinate_transformation_mode", "half_pixel" if node.opset >= 16 else "output_half_pixel")
+    if mode not in ("half_pixel", "output_half_pixel"):
+        raise node.unsupported(f"coordinate_transformation_mode {mode!r}; use half_pixel or output_half_pixel")
+    return node.call("image.roi_align", node.required(0), node.required(1), node.required(2),
+                     mode=node.attr("mode", "avg"), output_height=int(node.attr("output_height", 1)),
+                     output_width=int(node.attr("output_width", 1)), sampling_ratio=int(node.attr("sampling_ratio", 0)),
+                     spatial_scale=float(node.attr("spatial_scale", 1.0)), half_pixel=mode == "half_pixel")

@@ -11,10 +11,12 @@ from ._registry import converter
 from ._util import auto_pad, ints, scalar
 
 
-def _spatial_rank(node: OnnxNode, data: Expr) -> int:
+def _spatial_rank(node: OnnxNode, data: Expr, any_rank: bool = False) -> int:
+    """1 or 2 (any rank >= 1 with `any_rank`: the op has an N-d graph op, graph/ops/window_nd.py)."""
     rank = data.ndim - 2
-    if rank not in (1, 2):
-        raise node.unsupported(f"only 1-D and 2-D {node.op_type} are supported; the input has shape {data.shape}")
+    if rank < 1 or (rank > 2 and not any_rank):
+        supported = "1-D or higher" if any_rank else "only 1-D and 2-D"
+        raise node.unsupported(f"{supported} {node.op_type} are supported; the input has shape {data.shape}")
     return rank
 
 
@@ -55,7 +57,7 @@ def _conv(node: OnnxNode) -> Expr:
 @converter("ConvTranspose")
 def _conv_transpose(node: OnnxNode) -> Expr:
     data, weight, bias = node.required(0), node.required(1), node.input(2)
-    rank = _spatial_rank(node, data)
+    rank = _spatial_rank(node, data, any_rank=True)
     kernel = list(node.attr("kernel_shape", weight.shape[2:]))
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
@@ -82,6 +84,10 @@ def _conv_transpose(node: OnnxNode) -> Expr:
         pads = [0] * (2 * rank)
     else:
         pads = list(node.attr("pads", [0] * (2 * rank)))
+    if rank > 2:
+        out = node.call("nn.conv_transpose", data, weight, strides=tuple(strides), padding=tuple(pads),
+                        dilation=tuple(dilations), groups=node.attr("group", 1), output_padding=tuple(output_padding))
+        return out if bias is None else node.call("nn.bias_add", out, bias, axis=1)
     if rank == 1:
         data, weight = _to_2d(node, data), _to_2d(node, weight)
     out = node.call("nn.conv2d_transpose", data, weight, strides=_pairs(strides, rank, 1),
@@ -92,9 +98,26 @@ def _conv_transpose(node: OnnxNode) -> Expr:
     return node.call("squeeze", out, axis=(2,)) if rank == 1 else out
 
 
+_POOL_ND = {"nn.max_pool2d": "nn.max_pool", "nn.avg_pool2d": "nn.avg_pool"}
+
+
+def _window_attrs(node: OnnxNode, data: Expr) -> dict:
+    """kernel, strides, dilations and ONNX (begins..., ends...) pads of a pooling node."""
+    rank = data.ndim - 2
+    kernel = list(node.attr("kernel_shape"))
+    strides = list(node.attr("strides", [1] * rank))
+    dilations = list(node.attr("dilations", [1] * rank))
+    pads = auto_pad(node, data.shape[2:], kernel, strides, dilations)
+    return {"pool_size": tuple(kernel), "strides": tuple(strides), "padding": tuple(pads),
+            "dilation": tuple(dilations), "ceil_mode": bool(node.attr("ceil_mode", 0))}
+
+
 def _pool(node: OnnxNode, op: str, **extra) -> Expr:
+    """A 2-D pool op (1-D as 2-D with a unit height); other ranks use the N-d op."""
     data = node.required(0)
-    rank = _spatial_rank(node, data)
+    rank = _spatial_rank(node, data, any_rank=True)
+    if rank > 2:
+        return node.call(_POOL_ND[op], data, **_window_attrs(node, data), **extra)
     kernel = list(node.attr("kernel_shape"))
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
@@ -109,10 +132,13 @@ def _pool(node: OnnxNode, op: str, **extra) -> Expr:
 
 @converter("MaxPool")
 def _max_pool(node: OnnxNode):
-    if node.attr("storage_order", 0):
-        raise node.unsupported("storage_order=1 is not supported")
     out = _pool(node, "nn.max_pool2d")
-    return (out, None)  # the Indices output is not supported
+    if node.num_outputs < 2 or not node.output_names[1]:
+        return (out, None)
+    data = node.required(0)
+    indices = node.call("nn.max_pool_indices", data, **_window_attrs(node, data),
+                        storage_order=int(node.attr("storage_order", 0)))
+    return (out, indices)
 
 
 @converter("AveragePool")
