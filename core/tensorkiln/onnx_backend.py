@@ -18,17 +18,22 @@ __all__ = ["TensorkilnBackend", "TensorkilnBackendRep", "backend_for", "prepare"
 class TensorkilnBackendRep(BackendRep):
     """A compiled ONNX model; `run(inputs)` takes arrays in graph-input order."""
 
-    def __init__(self, compiled) -> None:
+    def __init__(self, compiled, narrow_outputs: dict[int, str] | None = None) -> None:
         self.compiled = compiled
+        # float8/int4/... outputs come back from the model as their carrier (ir/narrow_dtypes.py)
+        self.narrow_outputs = dict(narrow_outputs or {})
 
     def run(self, inputs: Any, **kwargs: Any) -> tuple[np.ndarray, ...]:
+        from .ir.narrow_dtypes import from_carrier, to_carrier
+
         if isinstance(inputs, dict):
-            outputs = self.compiled.run(inputs)
+            outputs = self.compiled.run({name: to_carrier(array) for name, array in inputs.items()})
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             names = self.compiled.input_names
-            outputs = self.compiled.run(dict(zip(names, arrays)))
-        return tuple(outputs)
+            outputs = self.compiled.run({name: to_carrier(array) for name, array in zip(names, arrays)})
+        return tuple(from_carrier(out, self.narrow_outputs[i]) if i in self.narrow_outputs else out
+                     for i, out in enumerate(outputs))
 
 
 class TensorkilnBackend(Backend):
@@ -48,13 +53,15 @@ class TensorkilnBackend(Backend):
         parameters (axes, pads, shapes) computed from graph inputs, are specialised at run time.
         """
         import tensorkiln as tk
+        from .frontend.onnx.narrow_types import boundary_formats
 
         super().prepare(model, device, **kwargs)
         target, opt_level = kwargs.get("target", cls.target), kwargs.get("opt_level")
         if kwargs.get("constants"):
             model = tk.frontend.from_onnx(model, shape=kwargs.get("shape"), constants=kwargs["constants"])
+        narrow_outputs = boundary_formats(model)[1] if hasattr(model, "graph") else {}
         compiled = tk.compile(model, target=target, opt_level=opt_level, shape=kwargs.get("shape"))
-        return TensorkilnBackendRep(compiled)
+        return TensorkilnBackendRep(compiled, narrow_outputs)
 
     @classmethod
     def run_model(cls, model, inputs: Any, device: str = "CPU", **kwargs: Any) -> tuple[np.ndarray, ...]:

@@ -21,10 +21,12 @@ import numpy as np
 from ...graph.expr import Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
 from ...graph.types import TensorType, TupleType
 from ...ir.dtypes import from_numpy
+from ...ir.narrow_dtypes import to_carrier
 from ...ir.errors import DTypeError, FrontendError, TensorkilnError, UnsupportedOpError
 from ...ir.memory import check_tensor_fits, physical_memory_bytes
 from .converters import CONVERTERS
 from .functions import function_for, function_key, has_function, inline, static_body
+from .narrow_types import carrier_of_onnx_type, value_formats
 from .node import OnnxNode
 from .subgraph import SubgraphScope
 from .validate import check_outputs, check_structure, check_with_onnx
@@ -43,6 +45,7 @@ class _Context:
     local_functions: dict[tuple[str, str], Any]
     memory_limit: int | None = None
     counter: Iterator[int] = field(default_factory=itertools.count)
+    formats: dict[str, Any] = field(default_factory=dict)   # narrow_types.value_formats: float8, int4, ... values
 
 
 def supported_ops() -> list[str]:
@@ -73,6 +76,7 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
     opsets = _opsets(model)
     limit = physical_memory_bytes() if memory_limit is None else int(memory_limit)
     context = _Context({function_key(f.domain, f.name): f for f in model.functions}, limit)
+    context.formats.update(value_formats(model))
     # Unsupported ops are listed together before the checker, which stops at an op onnx lacks.
     _check_supported(graph.node, opsets, context)
     deferred = check_with_onnx(model, path, shape)
@@ -185,7 +189,7 @@ def _initializer_dtype(tensor) -> str:
 def _tensor_to_array(tensor) -> np.ndarray:
     from onnx import numpy_helper
     try:
-        array = numpy_helper.to_array(tensor)
+        array = to_carrier(numpy_helper.to_array(tensor))   # float8, int4, ...: as their carrier
     except Exception as error:
         raise FrontendError(f"initializer {tensor.name!r} cannot be read: {error}") from None
     try:
@@ -214,6 +218,8 @@ def _input_var(value_info, bound_shape, dtype_override: str | None) -> Var:
     tensor_type = type_proto.tensor_type
     if dtype_override is not None:
         dtype = dtype_override
+    elif carrier_of_onnx_type(tensor_type.elem_type) is not None:   # float8, int4, ...: narrow_types.py
+        dtype = carrier_of_onnx_type(tensor_type.elem_type)
     else:
         try:
             dtype = from_numpy(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
@@ -308,7 +314,8 @@ def _convert_node(onnx_node, values: dict[str, Expr], opsets: dict[str, int], co
     opset = opsets[""]
     node = OnnxNode(onnx_node.op_type, onnx_node.name, inputs, _attributes(onnx_node, onnx), opset,
                     len(onnx_node.output), list(onnx_node.output), context.memory_limit,
-                    SubgraphScope(values, opsets, context, depth))
+                    SubgraphScope(values, opsets, context, depth),
+                    input_formats=[context.formats.get(name) for name in onnx_node.input])
     try:
         result = CONVERTERS[_op_key(onnx_node)](node)
     except TensorkilnError:

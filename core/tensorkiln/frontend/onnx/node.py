@@ -44,6 +44,8 @@ class OnnxNode:
     output_names: list[str] = field(default_factory=list)
     memory_limit: int | None = None  # bytes one tensor may take; checked before anything is built or folded
     scope: Any = None  # the importer's SubgraphScope: converts the subgraphs of If/Loop/Scan (control_flow.py)
+    # per input, the narrow storage format (ir/narrow_dtypes.py) its carrier holds, or None
+    input_formats: list[Any] = field(default_factory=list)
 
     def attr(self, name: str, default: Any = None) -> Any:
         return self.attrs.get(name, default)
@@ -51,6 +53,10 @@ class OnnxNode:
     def input(self, index: int) -> Expr | None:
         """Input `index`, or None when it is absent or empty (an optional input)."""
         return self.inputs[index] if index < len(self.inputs) else None
+
+    def input_format(self, index: int):
+        """The NarrowFormat of input `index` (float8, int4, ...: the input is its carrier), or None."""
+        return self.input_formats[index] if index < len(self.input_formats) else None
 
     def required(self, index: int) -> Expr:
         value = self.input(index)

@@ -84,6 +84,10 @@ def output_signature(model) -> dict[str, SymbolicTensorType | None]:
 
 def _dtype(tensor_type, what: str) -> str:
     from onnx import helper
+
+    from .narrow_types import carrier_of_onnx_type
+    if carrier_of_onnx_type(tensor_type.elem_type) is not None:   # float8, int4, ...: carried as uint8/int8
+        return carrier_of_onnx_type(tensor_type.elem_type)
     try:
         return str(from_numpy(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type)))
     except (DTypeError, KeyError, TypeError, ValueError):

@@ -117,6 +117,9 @@ def check_outputs(graph, values: Mapping[str, Any], check_dtypes: bool = True) -
 def _onnx_dtype_name(elem_type: int) -> str:
     from onnx import helper
     from ...ir.dtypes import from_numpy
+    from .narrow_types import carrier_of_onnx_type
+    if carrier_of_onnx_type(elem_type) is not None:   # float8, int4, ...: the graph computes their carrier
+        return carrier_of_onnx_type(elem_type)
     try:
         return str(from_numpy(helper.tensor_dtype_to_np_dtype(elem_type)))
     except Exception:  # an element type numpy or tensorkiln lacks (bfloat16, float8, strings, ...)

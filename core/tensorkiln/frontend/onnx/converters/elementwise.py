@@ -6,6 +6,8 @@ import numpy as np
 from ....graph.expr import Constant, Expr
 from ....ir.dtypes import from_numpy, to_numpy
 from ....ir.errors import FrontendError
+from ....ir.narrow_dtypes import NarrowFormat, format_of_onnx_type
+from . import narrow
 from ..node import OnnxNode
 from ._registry import converter
 from ._util import onnx_dtype, scalar
@@ -130,12 +132,27 @@ def _clip(node: OnnxNode) -> Expr:
 
 @converter("Cast")
 def _cast(node: OnnxNode) -> Expr:
-    return node.call("cast", node.required(0), dtype=onnx_dtype(node.attr("to"), node))
+    to = node.attr("to")
+    target = format_of_onnx_type(to) or onnx_dtype(to, node)
+    return _cast_to(node, target)
 
 
 @converter("CastLike")
 def _cast_like(node: OnnxNode) -> Expr:
-    return node.call("cast", node.required(0), dtype=node.required(1).dtype)
+    return _cast_to(node, node.input_format(1) or node.required(1).dtype)
+
+
+def _cast_to(node: OnnxNode, target) -> Expr:
+    """Cast input 0 to `target` (a dtype, or a NarrowFormat: float8, int4, ... as its carrier; narrow.py)."""
+    source = node.input_format(0)
+    if source is None and not isinstance(target, NarrowFormat):
+        return node.call("cast", node.required(0), dtype=target)
+    return narrow.convert(node, node.required(0), source, target, saturate=bool(node.attr("saturate", 1)),
+                          round_mode=_text(node.attr("round_mode", "up")))
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 _BINARY = {
