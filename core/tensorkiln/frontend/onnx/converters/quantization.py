@@ -15,7 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ....graph.expr import Constant, Expr
-from ....passes.fold_qdq import QUANTIZED_RANGES, dequantize, quantize
+from ....ir.narrow_dtypes import format_of_onnx_type
+from ....passes.fold_qdq import QUANTIZED_RANGES, _along, dequantize, quantize
+from . import narrow
 from ..node import OnnxNode
 from ._registry import converter
 from ._util import auto_pad, onnx_dtype, scalar
@@ -69,21 +71,50 @@ def _blocks(node: OnnxNode, data: Expr, scale: Expr, zero_point: Expr | None) ->
     return repeat(scale), repeat(zero_point)
 
 
+def _narrow_output(node: OnnxNode):
+    """The NarrowFormat QuantizeLinear produces (its zero point's, or output_dtype's), None for a plain dtype."""
+    return node.input_format(2) or format_of_onnx_type(node.attr("output_dtype", 0))
+
+
 @converter("QuantizeLinear")
 def _quantize_linear(node: OnnxNode) -> Expr:
     data, scale, zero_point = node.required(0), node.required(1), node.input(2)
+    fmt = _narrow_output(node)
+    if fmt is not None:
+        return _quantize_narrow(node, fmt, data, scale, zero_point)
     if node.attr("saturate", 1) != 1:
-        raise node.unsupported("saturate=0 applies to float8 outputs only, which tensorkiln does not support")
+        raise node.unsupported("saturate=0 applies to float8 outputs only")
     dtype = _quantized_dtype(node, zero_point)
     axis = _axis(node, scale, data)
     scale, zero_point = _blocks(node, data, scale, zero_point)
     return quantize(data, scale, zero_point, dtype, axis, call=node.call)
 
 
+def _quantize_narrow(node: OnnxNode, fmt, data: Expr, scale: Expr, zero_point: Expr | None) -> Expr:
+    """QuantizeLinear to int4/uint4/int2/uint2 (quantized in the carrier, then saturated to the format's
+    range) or to a float format (x / scale + zero point, rounded to nearest even; saturate as the attribute
+    says, as onnx's reference does), as the format's carrier."""
+    axis = _axis(node, scale, data)
+    scale, zero_point = _blocks(node, data, scale, zero_point)
+    if not fmt.is_float:
+        low, high = fmt.int_range
+        value = quantize(data, scale, zero_point, fmt.carrier, axis, call=node.call)
+        return node.call("minimum", node.call("maximum", value, scalar(low, fmt.carrier)), scalar(high, fmt.carrier))
+    value = node.call("divide", data, _along(scale, axis, data.ndim, node.call))
+    if zero_point is not None:   # onnx requires 0 for float8; float4's is added as onnx's reference does
+        zero = node.call("cast", narrow.decode(node, zero_point, fmt), dtype=value.dtype)
+        value = node.call("add", value, _along(zero, axis, data.ndim, node.call))
+    return narrow.encode(node, value, fmt, saturate=bool(node.attr("saturate", 1)))
+
+
 @converter("DequantizeLinear")
 def _dequantize_linear(node: OnnxNode) -> Expr:
     data, scale, zero_point = node.required(0), node.required(1), node.input(2)
-    if data.dtype not in QUANTIZED_RANGES:
+    fmt = node.input_format(0)
+    if fmt is not None and fmt.is_float:   # float8 / float4: decoded to float32 first (narrow.py)
+        data = narrow.decode(node, data, fmt)
+        zero_point = None if zero_point is None else narrow.decode(node, zero_point, fmt)
+    if data.dtype not in QUANTIZED_RANGES and fmt is None:
         raise node.unsupported(f"dequantizing {data.dtype} is not supported; use one of {', '.join(QUANTIZED_RANGES)}")
     axis = _axis(node, scale, data)
     scale, zero_point = _blocks(node, data, scale, zero_point)
