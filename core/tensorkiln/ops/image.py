@@ -13,6 +13,7 @@ from itertools import product
 from .. import te
 from ..ir.dtypes import dtype_of
 from ..tir import nodes as n
+from ..graph.ops.image import antialias_taps
 from . import tags
 from ._common import select
 
@@ -108,6 +109,68 @@ def _axis_taps(attrs, y, out_size: int, in_size: int, scale: float, roi):
     return [(clamp(k), w) for k, w in zip(neighbours, weights)], extrapolated
 
 
+def _antialias_weight(method: str, distance, a: float):
+    """te form of graph.ops.image.antialias_weight (unnormalized)."""
+    x = te.fabs(distance)
+    if method == "linear":
+        return te.max(1.0 - x, _f(0.0))
+    near = ((a + 2) * x - (a + 3)) * x * x + 1.0
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return select(x <= 1.0, near, select(x < 2.0, far, _f(0.0)))
+
+
+def _resize_axis_antialias(data: te.Tensor, axis: int, out_size: int, scale: float, roi, attrs) -> te.Tensor:
+    """`data` (float64) resized along `axis` by the antialiased kernel: a sum over its taps (a
+    reduction, so each axis is one stage and the taps never multiply across axes), each weight
+    divided by the taps' total, computed per output index in a 1-D stage."""
+    in_size = int(data.shape[axis])
+    start, taps = antialias_taps(attrs.method, scale)
+    shrink = min(scale, 1.0)
+
+    def weight(y, t):
+        x, _ = source_coordinate(attrs.coordinate_transformation_mode, y, out_size, in_size, scale, roi)
+        floor = te.floor(x)
+        whole = x.equal(floor)
+        ratio = select(whole, _f(1.0), x - floor)
+        neighbour = te.cast(select(whole, floor - 1.0, floor), "int32") + (t + start)
+        w = _antialias_weight(attrs.method, (te.cast(t, _F64) + float(start) - ratio) * shrink, attrs.cubic_coeff_a)
+        if attrs.exclude_outside:
+            w = select(n.And(neighbour >= 0, neighbour < in_size), w, _f(0.0))
+        return w, te.min(te.max(neighbour, 0), in_size - 1)
+
+    k = te.reduce_axis((0, taps), name=f"k{axis}")
+    total = te.compute((out_size,), lambda y: te.sum(weight(y, k)[0], axis=k), name=f"T_resize_weights{axis}",
+                       tag=tags.COMM_REDUCE)
+    t = te.reduce_axis((0, taps), name=f"t{axis}")
+
+    def body(*i):
+        w, source = weight(i[axis], t)
+        index = list(i)
+        index[axis] = source
+        norm = total[i[axis]]
+        return te.sum(data[tuple(index)] * (w / select(norm.equal(_f(0.0)), _f(1.0), norm)), axis=t)
+    shape = list(data.shape)
+    shape[axis] = out_size
+    out = te.compute(tuple(shape), body, name=f"T_resize_axis{axis}", tag=tags.COMM_REDUCE)
+    if attrs.coordinate_transformation_mode != "tf_crop_and_resize":
+        return out
+
+    def masked(*i):
+        _, outside = source_coordinate(attrs.coordinate_transformation_mode, i[axis], out_size, in_size, scale, roi)
+        return select(outside, _f(attrs.extrapolation_value), out[i])
+    return te.compute(tuple(shape), masked, name=f"T_resize_extrapolate{axis}", tag=tags.ELEMWISE)
+
+
+def _resize_antialias(x: te.Tensor, resized, attrs, out_shape) -> te.Tensor:
+    current = te.compute(x.shape, lambda *i: te.cast(x[i], _F64), name="T_resize_f64", tag=tags.ELEMWISE)
+    for axis, roi in resized:
+        current = _resize_axis_antialias(current, axis, out_shape[axis], attrs.scales[axis], roi, attrs)
+    is_int = not dtype_of(x.dtype).is_float
+    final = current
+    return te.compute(out_shape, lambda *i: te.cast(te.round(final[i]) if is_int else final[i], x.dtype),
+                      name="T_resize", tag=tags.ELEMWISE)
+
+
 def resize(inputs, attrs, out_type):
     """Registry compute of image.resize."""
     (x,) = inputs
@@ -120,6 +183,8 @@ def resize(inputs, attrs, out_type):
             roi is None or (math.isclose(roi[0], 0.0) and math.isclose(roi[1], 1.0)))
         if not unchanged and attrs.size[axis] != 0:
             resized.append((axis, roi))
+    if attrs.antialias and resized:
+        return _resize_antialias(x, resized, attrs, out_shape)
     is_int = not dtype_of(x.dtype).is_float
 
     def body(*i):

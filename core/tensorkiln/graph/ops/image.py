@@ -30,6 +30,7 @@ class ResizeAttrs(Attrs):
     exclude_outside: bool = False
     extrapolation_value: float = 0.0
     roi: tuple[float, ...] | None = None
+    antialias: bool = False   # linear / cubic: widen the kernel by 1 / scale where an axis shrinks
     _choices = {
         "method": ("nearest", "linear", "cubic"),
         "coordinate_transformation_mode": ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
@@ -38,6 +39,8 @@ class ResizeAttrs(Attrs):
     }
 
     def _check(self) -> None:
+        if self.antialias and self.method == "nearest":
+            self.fail("antialias applies to the linear and cubic methods, not nearest")
         if len(self.scales) != len(self.size):
             self.fail(f"scales {self.scales} must have one entry per axis of size {self.size}")
         if any(s <= 0 for s in self.scales):
@@ -77,6 +80,30 @@ def _cubic_coeffs(ratio: np.ndarray, a: float) -> np.ndarray:
     ], axis=-1)
 
 
+def antialias_taps(method: str, scale: float) -> tuple[int, int]:
+    """(first tap offset, taps) of an antialiased kernel on an axis scaled by `scale` (ONNX's
+    reference: the kernel stretched by 1 / scale when shrinking; plain linear / cubic otherwise)."""
+    scale = min(scale, 1.0)
+    start = int(math.floor((-1.0 if method == "linear" else -2.0) / scale) + 1)
+    return start, 2 - 2 * start
+
+
+def antialias_weight(method: str, distance: np.ndarray, a: float) -> np.ndarray:
+    """The unnormalized antialiased weight of a tap at `distance` * min(scale, 1) from the point."""
+    x = np.abs(distance)
+    if method == "linear":
+        return np.maximum(1.0 - x, 0.0)
+    near = ((a + 2) * x - (a + 3)) * x * x + 1.0
+    far = ((a * x - 5 * a) * x + 8 * a) * x - 4 * a
+    return np.where(x <= 1.0, near, np.where(x < 2.0, far, 0.0))
+
+
+def _antialias_coeffs(ratio: np.ndarray, scale: float, attrs) -> tuple[np.ndarray, int]:
+    start, taps = antialias_taps(attrs.method, scale)
+    distance = (np.arange(start, start + taps)[None, :] - ratio[:, None]) * min(scale, 1.0)
+    return antialias_weight(attrs.method, distance, attrs.cubic_coeff_a), start
+
+
 def _source_coordinates(mode: str, out_size: int, in_size: int, scale: float, roi) -> tuple[np.ndarray, np.ndarray | None]:
     y = np.arange(out_size, dtype=np.float64)
     length = scale * in_size
@@ -103,6 +130,8 @@ def _resize_axis(data: np.ndarray, axis: int, out_size: int, scale: float, roi, 
     x, extrapolated = _source_coordinates(attrs.coordinate_transformation_mode, out_size, in_size, scale, roi)
     floor = np.floor(x)
     ratio = np.where(x == floor, 1.0, x - floor)
+    if attrs.antialias:
+        return _resize_axis_antialias(data, axis, out_size, x, floor, ratio, scale, extrapolated, attrs)
     if attrs.method == "nearest":
         coeffs = _nearest_coeffs(ratio, attrs.nearest_mode)
     elif attrs.method == "linear":
@@ -123,6 +152,27 @@ def _resize_axis(data: np.ndarray, axis: int, out_size: int, scale: float, roi, 
         coeffs = np.where((neighbors < 0) | (neighbors >= in_size), 0.0, coeffs)
         total = coeffs.sum(axis=-1, keepdims=True)
         coeffs = coeffs / np.where(total == 0, 1.0, total)
+    gathered = np.take(data, np.clip(neighbors, 0, in_size - 1), axis=axis)
+    weights = coeffs.reshape((1,) * axis + coeffs.shape + (1,) * (data.ndim - axis - 1))
+    result = (gathered * weights).sum(axis=axis + 1)
+    if extrapolated is not None and extrapolated.any():
+        mask = extrapolated.reshape((1,) * axis + (out_size,) + (1,) * (data.ndim - axis - 1))
+        result = np.where(mask, attrs.extrapolation_value, result)
+    return result
+
+
+def _resize_axis_antialias(data, axis, out_size, x, floor, ratio, scale, extrapolated, attrs) -> np.ndarray:
+    """The taps around each point, normalized to sum 1 (over the taps inside the input with
+    exclude_outside), the input's edge repeated past its ends."""
+    in_size = data.shape[axis]
+    coeffs, start = _antialias_coeffs(ratio, scale, attrs)
+    # the left neighbour: floor(x), or x - 1 when x is a whole number (ratio 1)
+    left = np.where(x == floor, floor - 1, floor).astype(np.int64)
+    neighbors = left[:, None] + start + np.arange(coeffs.shape[1])[None, :]
+    if attrs.exclude_outside:
+        coeffs = np.where((neighbors < 0) | (neighbors >= in_size), 0.0, coeffs)
+    total = coeffs.sum(axis=-1, keepdims=True)
+    coeffs = coeffs / np.where(total == 0, 1.0, total)
     gathered = np.take(data, np.clip(neighbors, 0, in_size - 1), axis=axis)
     weights = coeffs.reshape((1,) * axis + coeffs.shape + (1,) * (data.ndim - axis - 1))
     result = (gathered * weights).sum(axis=axis + 1)

@@ -296,8 +296,9 @@ def _resize(node: OnnxNode) -> Expr:
     method = {"nearest": "nearest", "linear": "linear", "bilinear": "linear", "cubic": "cubic"}.get(mode)
     if method is None:
         raise node.unsupported(f"mode {mode!r} is not supported")
-    if node.attr("antialias", 0):
-        raise node.unsupported("antialias=1 is not supported")
+    antialias = bool(node.attr("antialias", 0))
+    if antialias and method == "nearest":
+        raise node.unsupported("antialias=1 applies to the linear and cubic modes, not nearest")
     if node.op_type == "Upsample" or node.opset < 11:
         scales = node.attr("scales") if node.op_type == "Upsample" and node.opset < 9 else node.const(1, "scales")
         scales = [float(s) for s in np.asarray(scales).reshape(-1)]
@@ -339,4 +340,4 @@ def _resize(node: OnnxNode) -> Expr:
                      cubic_coeff_a=node.attr("cubic_coeff_a", -0.75),
                      exclude_outside=bool(node.attr("exclude_outside", 0)),
                      extrapolation_value=node.attr("extrapolation_value", 0.0),
-                     roi=None if full_roi is None else tuple(full_roi))
+                     roi=None if full_roi is None else tuple(full_roi), antialias=antialias)
