@@ -183,3 +183,32 @@ def test_an_input_that_is_also_an_output_is_returned_intact():
     same, relu = lib.run({"x": value})
     np.testing.assert_array_equal(same, value)
     np.testing.assert_array_equal(relu, np.maximum(value, 0))
+
+
+def test_large_inputs_are_read_in_place_and_small_ones_copied():
+    from tensorkiln.runtime.native_entry import IN_PLACE_BYTES
+
+    x = graph.var("x", (256, 1024))
+    y = graph.var("y", (4,))
+    lib = tk.compile(graph.Module.from_expr(graph.tuple_(graph.nn.relu(x) * graph.const(np.float32(2)),
+                                                         graph.exp(y))), "cpu_llvm")
+    big = RNG.standard_normal((256, 1024)).astype(np.float32)
+    small = np.linspace(-1, 1, 4).astype(np.float32)
+    assert big.nbytes >= IN_PLACE_BYTES > small.nbytes
+    executor = lib.executor
+    state = executor._acquire_state()
+    try:
+        addresses = executor._native_inputs(state, {0: big, 1: small})
+        assert addresses[0] == big.ctypes.data                      # read in place
+        assert addresses[1] == state.native.state_inputs[1]         # copied into the state's buffer
+        np.testing.assert_array_equal(state.host_values[executor.plan.inputs[1]], small)
+    finally:
+        executor._release_state(state)
+    strided = np.zeros((256, 2048), np.float32)[:, ::2]
+    strided[...] = big
+    read_only = big.copy()
+    read_only.flags.writeable = False
+    expected = executor.run_with([big, small], native=False)
+    for variant in (big, strided, read_only):
+        _bitwise_equal(lib.run([variant, small]), expected)
+    np.testing.assert_array_equal(expected[0], np.maximum(big, 0) * 2)

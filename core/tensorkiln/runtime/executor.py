@@ -166,6 +166,7 @@ class GraphExecutor:
                                      if self.plan.steps[i].index_checks]
         # the entry may read the caller's arrays in place unless Python reads an input from the
         # state afterwards: an index check, or an input that is also an output
+        self._input_positions = {self.plan.values[v].name: i for i, v in enumerate(self.plan.inputs)}
         self._inputs_in_place = not self._index_checked_steps and not set(self.plan.inputs) & set(self.plan.outputs)
         self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
         self._pool_lock = threading.Lock()
@@ -242,6 +243,12 @@ class GraphExecutor:
 
     def _by_index(self, inputs: Mapping[str, Any] | Sequence[Any]) -> dict[int, Any]:
         """{input index: array} for a call, checking that it names every input exactly once."""
+        count = len(self.plan.inputs)
+        if type(inputs) is list and len(inputs) == count:   # lib(x): the common call, checked in one step
+            return dict(enumerate(inputs))
+        if type(inputs) is dict and len(inputs) == count and inputs.keys() == self._input_positions.keys():
+            positions = self._input_positions
+            return {positions[name]: array for name, array in inputs.items()}
         names = [self.plan.values[v].name for v in self.plan.inputs]
         if isinstance(inputs, Mapping):
             arrays = {self._input_index(name): array for name, array in inputs.items()}
@@ -342,17 +349,22 @@ class GraphExecutor:
         finally:
             self._release_state(state)
 
-    def _native_inputs(self, state: _ExecutionState, arrays: dict[int, Any]) -> list[int]:
-        """The address the native entry reads each input from: the caller's array itself when its
-        dtype, shape and layout fit, else the state's buffer after the checked copy."""
-        addresses = [0] * len(self.plan.inputs)
+    def _native_inputs(self, state: _ExecutionState, arrays: dict[int, Any]) -> list[int] | None:
+        """Where the native entry reads the inputs: None for the state's buffers (every input copied
+        there), else an address per input, the caller's own array for large ones that fit."""
+        addresses = None
         for index, array in arrays.items():
             dtype, shape = self._input_layouts[index]
-            address = native_entry.direct_input_address(array, dtype, shape)
-            if address is None:
-                self._copy_input(state, index, array)   # raises, naming the input, when it does not fit
-                address = state.native.state_inputs[index]
-            addresses[index] = address
+            buffer = state.host_values[self.plan.inputs[index]]
+            if type(array) is np.ndarray and array.dtype == dtype and array.shape == shape:
+                address = native_entry.place_input(array, buffer)
+            else:
+                self._copy_input(state, index, array)   # converts, or raises naming the input
+                address = None
+            if address is not None:
+                if addresses is None:
+                    addresses = list(state.native.state_inputs[:len(self.plan.inputs)])
+                addresses[index] = address
         return addresses
 
     # -- the stateful API (one state, one thread at a time) -----------------------------
