@@ -58,7 +58,10 @@ def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
     module = executor.compiled.loaded_module(target)
     steps = []
     for step in plan.steps:
-        signature = module.artifact.kernel(step.kernel)
+        try:
+            signature = module.artifact.kernel(step.kernel)
+        except KeyError:   # a step the executor runs some other way (a host step of a kind added later)
+            return None, [], f"step {step.kernel} is not a kernel of the target's module"
         values = (*step.inputs, *step.outputs)
         if len(signature.params) != len(values) or any(p.kind != "buffer" for p in signature.params):
             return None, [], f"kernel {step.kernel} takes parameters the plan does not bind"
