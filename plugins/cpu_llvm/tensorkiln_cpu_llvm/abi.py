@@ -3,6 +3,10 @@
 `int32_t NAME(TKArg* args, int32_t nargs)` checks the argument count, then every
 argument's dtype, ndim, data pointer, shape and strides, and only then unpacks
 them and calls `NAME.impl(buffer pointers..., scalars...)`, which holds the body.
+
+A buffer argument is checked by one shared function per module, `tk_check_buffer`, against
+a constant table of its expected extents: written out inline per dimension, the checks were
+60% of a model's unoptimised IR (densenet121) and a fifth of its LLVM time.
 """
 from __future__ import annotations
 
@@ -64,30 +68,109 @@ def _static_shape(buffer: tir.Buffer) -> list[int]:
     return [dim.value for dim in buffer.shape]  # signature_of already refused symbolic shapes
 
 
+CHECK_BUFFER_SYMBOL = "tk_check_buffer"
+
+
+def _shape_table(module: ir.Module, shape: list[int]) -> ir.Value:
+    """A private constant `[ndim x i64]` holding `shape`, one per distinct shape in the module."""
+    name = "tk_shape." + "x".join(map(str, shape)) if shape else "tk_shape.scalar"
+    if name in module.globals:
+        return module.globals[name]
+    table_type = ir.ArrayType(I64, max(len(shape), 1))
+    table = ir.GlobalVariable(module, table_type, name)
+    table.initializer = ir.Constant(table_type, [I64(extent) for extent in shape or [0]])
+    table.global_constant = True
+    table.linkage = "private"
+    table.unnamed_addr = True
+    return table
+
+
+def _check_buffer_function(module: ir.Module) -> ir.Function:
+    """`i32 tk_check_buffer(TKArg* arg, i32 index, i32 ndim, i32 code, i32 bits, i32 lanes, i64* shape)`.
+
+    Returns 0 or the error code of the first wrong field, in the order and with the codes of
+    `tensorkiln.sdk.native`: dtype, ndim, data pointer, each extent, then (when strides are
+    given) each stride from the innermost out, where an extent-1 dimension may carry any stride.
+    """
+    if CHECK_BUFFER_SYMBOL in module.globals:
+        return module.globals[CHECK_BUFFER_SYMBOL]
+    function = ir.Function(module, ir.FunctionType(I32, [TKARG_TYPE.as_pointer(), I32, I32, I32, I32, I32,
+                                                         I64.as_pointer()]), CHECK_BUFFER_SYMBOL)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")     # one copy for every kernel: this is what keeps the IR small
+    argument, index, ndim, code, bits, lanes, shape = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    error_base = builder.shl(builder.add(index, I32(1)), I32(8))
+
+    def fail_if(condition: ir.Value, field: ir.Value) -> None:
+        with builder.if_then(condition, likely=False):
+            builder.ret(builder.or_(error_base, field))
+
+    wrong = builder.or_(builder.icmp_unsigned("!=", builder.zext(_field(builder, argument, _CODE), I32), code),
+                        builder.icmp_unsigned("!=", builder.zext(_field(builder, argument, _BITS), I32), bits))
+    wrong = builder.or_(wrong, builder.icmp_unsigned("!=", builder.zext(_field(builder, argument, _LANES), I32),
+                                                     lanes))
+    fail_if(wrong, I32(FIELD_DTYPE))
+    fail_if(builder.icmp_signed("!=", _field(builder, argument, _NDIM), ndim), I32(FIELD_NDIM))
+    fail_if(builder.icmp_unsigned("==", _field(builder, argument, _DATA), ir.Constant(PTR, None)), I32(FIELD_DATA))
+    actual_shape = _field(builder, argument, _SHAPE)
+    rank = builder.sext(ndim, I64)
+
+    # for (d = 0; d < ndim; d++) if (arg->shape[d] != shape[d]) return error(FIELD_SHAPE + d)
+    header, body, done = (function.append_basic_block(n) for n in ("shape.loop", "shape.body", "shape.done"))
+    entry = builder.block
+    builder.branch(header)
+    builder.position_at_end(header)
+    dim = builder.phi(I64, "dim")
+    dim.add_incoming(I64(0), entry)
+    builder.cbranch(builder.icmp_signed("<", dim, rank), body, done)
+    builder.position_at_end(body)
+    actual = builder.load(builder.gep(actual_shape, [dim], inbounds=True))
+    expected = builder.load(builder.gep(shape, [dim], inbounds=True))
+    fail_if(builder.icmp_signed("!=", actual, expected), builder.add(I32(FIELD_SHAPE), builder.trunc(dim, I32)))
+    dim.add_incoming(builder.add(dim, I64(1)), builder.block)
+    builder.branch(header)
+    builder.position_at_end(done)
+
+    strides = _field(builder, argument, _STRIDES)
+    with builder.if_then(builder.icmp_unsigned("==", strides, ir.Constant(strides.type, None)), likely=True):
+        builder.ret(I32(0))
+    # for (d = ndim - 1, step = 1; d >= 0; step *= shape[d--]) if (shape[d] != 1 && strides[d] != step) error
+    header, body, done = (function.append_basic_block(n) for n in ("stride.loop", "stride.body", "stride.done"))
+    innermost = builder.sub(rank, I64(1))
+    entry = builder.block
+    builder.branch(header)
+    builder.position_at_end(header)
+    dim = builder.phi(I64, "dim")
+    step = builder.phi(I64, "step")
+    dim.add_incoming(innermost, entry)
+    step.add_incoming(I64(1), entry)
+    builder.cbranch(builder.icmp_signed(">=", dim, I64(0)), body, done)
+    builder.position_at_end(body)
+    extent = builder.load(builder.gep(shape, [dim], inbounds=True))
+    stride = builder.load(builder.gep(strides, [dim], inbounds=True))
+    wrong = builder.and_(builder.icmp_signed("!=", extent, I64(1)), builder.icmp_signed("!=", stride, step))
+    fail_if(wrong, I32(FIELD_STRIDES))
+    dim.add_incoming(builder.sub(dim, I64(1)), builder.block)
+    step.add_incoming(builder.mul(step, extent), builder.block)
+    builder.branch(header)
+    builder.position_at_end(done)
+    builder.ret(I32(0))
+    return function
+
+
 def _unpack_buffer(builder: ir.IRBuilder, argument: ir.Value, index: int, buffer: tir.Buffer) -> ir.Value:
+    module = builder.module
     shape = _static_shape(buffer)
-    _check_dtype(builder, argument, index, buffer.dtype)
-    _fail_if(builder, builder.icmp_signed("!=", _field(builder, argument, _NDIM), I32(len(shape))),
-             encode_error(index, FIELD_NDIM))
-    data = _field(builder, argument, _DATA)
-    _fail_if(builder, builder.icmp_unsigned("==", data, ir.Constant(PTR, None)), encode_error(index, FIELD_DATA))
-    shape_pointer = _field(builder, argument, _SHAPE)
-    for dim, extent in enumerate(shape):
-        actual = builder.load(builder.gep(shape_pointer, [I64(dim)], inbounds=True))
-        _fail_if(builder, builder.icmp_signed("!=", actual, I64(extent)), encode_error(index, FIELD_SHAPE, dim))
-    strides_pointer = _field(builder, argument, _STRIDES)
-    has_strides = builder.icmp_unsigned("!=", strides_pointer, ir.Constant(strides_pointer.type, None))
-    with builder.if_then(has_strides, likely=False):
-        expected = 1
-        for dim in reversed(range(len(shape))):
-            actual = builder.load(builder.gep(strides_pointer, [I64(dim)], inbounds=True))
-            # a dimension of extent 1 may carry any stride
-            wrong = builder.icmp_signed("!=", actual, I64(expected))
-            if shape[dim] == 1:
-                wrong = ir.Constant(ir.IntType(1), 0)
-            _fail_if(builder, wrong, encode_error(index, FIELD_STRIDES))
-            expected *= shape[dim]
-    return builder.bitcast(data, memory_type(buffer.dtype).as_pointer())
+    table = _shape_table(module, shape)
+    code, bits, lanes = dtype_fields(buffer.dtype)
+    status = builder.call(_check_buffer_function(module),
+                          [argument, I32(index), I32(len(shape)), I32(code), I32(bits), I32(lanes),
+                           builder.gep(table, [I32(0), I32(0)], inbounds=True)])
+    with builder.if_then(builder.icmp_signed("!=", status, I32(0)), likely=False):
+        builder.ret(status)
+    return builder.bitcast(_field(builder, argument, _DATA), memory_type(buffer.dtype).as_pointer())
 
 
 def _unpack_scalar(builder: ir.IRBuilder, argument: ir.Value, index: int, var: tir.Var) -> ir.Value:
