@@ -177,7 +177,11 @@ def _partition(mod: Module, target: Target, context: PassContext, strict: bool) 
     # Fusion runs after placement so a group never mixes targets.
     fuse_manager = PassManager(context, target)
     mod = fuse_manager.run(mod, ("fuse_ops",))
-    return group_each_op(mod), (*manager.skipped, *fuse_manager.skipped)
+    # Fixed-point formats belong to kernel boundaries, so they are assigned once the groups exist
+    # (a no-op unless PassContext(config={"assign_fixed_point": ...}) asks).
+    format_manager = PassManager(context, target)
+    mod = format_manager.run(group_each_op(mod), ("assign_fixed_point",))
+    return mod, (*manager.skipped, *fuse_manager.skipped, *format_manager.skipped)
 
 
 def fused_groups(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None,

@@ -8,6 +8,7 @@ Kernel parameters are the group's inputs, then its outputs.
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -66,8 +67,22 @@ def lower_group(function: Function, name: str, target, configs=None, context=Non
         placeholders, outputs, ops = _build_tensors(function, name, target, anchor, choice)
     schedule = choice.schedule(outputs, target)
     func = lower(schedule, placeholders + outputs, name=name, context=context)
+    func = _with_tensor_formats(func, function)
     return GroupKernel(name, func, len(placeholders), _output_types(function), tuple(ops), choice.describe(),
                        schedule.trace)
+
+
+def _with_tensor_formats(func, function: Function):
+    """The group's fixed-point formats (one per input, then per output; passes/assign_fixed_point.py)
+    on the kernel as ((buffer name, FixedPoint), ...): kernel buffers are the inputs, then the outputs."""
+    from ..sdk.fixed_point import TENSOR_FORMATS_ATTR
+    formats = function.attr(TENSOR_FORMATS_ATTR)
+    if not formats:
+        return func
+    from .. import tir
+    buffers = [p for p in func.params if isinstance(p, tir.Buffer)]
+    named = tuple((b.name, f) for b, f in zip(buffers, formats) if f is not None)
+    return dataclasses.replace(func, attrs=(*func.attrs, (TENSOR_FORMATS_ATTR, named)))
 
 
 def _build_tensors(function: Function, name: str, target, anchor: Call | None = None, choice=None):

@@ -19,6 +19,7 @@ from .fuse_ops import fuse_ops, group_each_op
 from .simplify_inference import simplify_inference
 from .mixed_precision import MixedPrecisionPolicy, to_mixed_precision  # noqa: F401  (registers the pass)
 from .fold_qdq import fold_qdq
+from .assign_fixed_point import assign_fixed_point_pass  # noqa: F401  (registers the pass; the compiler runs it after fusion)
 
 # Ordering (each pass keeps the graph well typed; opt levels gate them, see each file):
 # - simplify_inference first: batch_norm becomes multiply/add on constants and, through

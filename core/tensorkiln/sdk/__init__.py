@@ -29,6 +29,7 @@ _EXPORTS = {
     "INJECTIVE": "strategy", "RULE_PRIORITY": "strategy", "Knob": "strategy", "OpImplementation": "strategy",
     "TuningSpace": "strategy", "Workload": "strategy",
     "Target": "target", "TargetSpec": "target",
+    "FixedPoint": "fixed_point", "TENSOR_FORMATS_ATTR": "fixed_point", "tensor_formats": "fixed_point",
 }
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "IntrinsicImpl", "SourceImpl", "ExternImpl", "implementation_for",
     "NativeKernel", "NativeModule", "TKArg", "load_native_library", "TKARG_HEADER", "build_native_module",
     "packed_wrappers", "check_elf", "OpImplementation", "Knob", "TuningSpace", "Workload", "INJECTIVE", "RULE_PRIORITY",
+    "FixedPoint", "TENSOR_FORMATS_ATTR", "tensor_formats",
 ]
 
 

@@ -191,6 +191,20 @@ class _CheckedKernel:
 
     def __call__(self, *args: Any) -> None:
         self._kernel(*args)
+        self._check()
+
+    def bind(self, *args: Any):
+        """The kernel bound to `args` (the graph executor's fast path), still raising a recorded
+        C++ exception: the inner kernel's own bind skipped this check, so a model run whose
+        dataflow deadlocked returned whatever its outputs held."""
+        bound = self._kernel.bind(*args)
+
+        def call() -> None:
+            bound()
+            self._check()
+        return call
+
+    def _check(self) -> None:
         if self._error.value:
             message = self._error.value.decode(errors="replace")
             ctypes.memset(self._error, 0, len(self._error))

@@ -32,13 +32,13 @@ from typing import Any
 from tensorkiln import tir
 from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.ir.errors import CompileError
-from tensorkiln.sdk import CSourceEmitter
+from tensorkiln.sdk import CSourceEmitter, tensor_formats
 from tensorkiln.tir.visit import post_order_visit, rewrite
 
 from .estimate import estimate_kernel
 from .lint import lint_module
 from .pragmas import PragmaSpelling, respell, spelling_for
-from .types import FLOAT, TENSOR_TYPES_ATTR, HLSType, parse_tensor_types
+from .types import FLOAT, TENSOR_TYPES_ATTR, HLSType, from_fixed_point, parse_tensor_types
 
 __all__ = ["HLSEmitter", "KernelTypes", "kernel_types", "DEFAULT_TOOL_VERSION", "ACCUMULATOR"]
 
@@ -47,6 +47,8 @@ ACCUMULATOR = "ap_fixed<64,32>"
 """`tk_real`, the type of float arithmetic in a kernel with fixed-point tensors: 32 fraction
 bits hold the exact product of two ap_fixed<W,I> with W - I <= 16, 32 integer bits the sums."""
 
+_REAL_LIMIT = 2.0 ** 31
+"""|tk_real| stays below this (32 integer bits, sign included)."""
 # what a fixed-point kernel may compute exactly; exp/log/... have no exact fixed-point form
 _FIXED_SAFE_CALLS = ("fabs", "floor", "ceil", "trunc")
 _DATAFLOW_REGION = "tk_dataflow"
@@ -69,11 +71,14 @@ class KernelTypes:
 
 def kernel_types(func: tir.PrimFunc, target: Any) -> KernelTypes:
     """The HLS type of each float buffer of `func`: the PrimFunc attribute TENSOR_TYPES_ATTR, then
-    -tensor_types, then -data_type; ints keep their C types unless named explicitly."""
+    -tensor_types, then the core's precision plan (tensor_formats), then -data_type; ints keep their C
+    types unless named explicitly."""
     options = getattr(target, "options", {}) or {}
     default = HLSType.parse(options.get("data_type") or "float")
-    named = parse_tensor_types(options.get("tensor_types") or "")
+    planned = {name: from_fixed_point(fmt) for name, fmt in tensor_formats(func).items()}
+    named = {**planned, **parse_tensor_types(options.get("tensor_types") or "")}
     named.update({name: HLSType.parse(text) for name, text in (func.attr(TENSOR_TYPES_ATTR) or ())})
+    params = {p.name for p in func.params if isinstance(p, tir.Buffer)}
     found: dict[str, HLSType] = {}
     untyped = []
     for buffer in _buffers(func):
@@ -81,7 +86,9 @@ def kernel_types(func: tir.PrimFunc, target: Any) -> KernelTypes:
             found[buffer.name] = named[buffer.name]
         elif dtype_of(buffer.dtype).element == "float32" and not default.is_float:
             found[buffer.name] = default
-        elif dtype_of(buffer.dtype).element == "float32":
+        elif dtype_of(buffer.dtype).element == "float32" and not (planned and buffer.name not in params):
+            # with a precision plan, a kernel's own arrays (line buffers, FIFOs) hold exact tk_real
+            # intermediates: the plan quantises at kernel boundaries only
             untyped.append(buffer.name)
     return KernelTypes(found, tuple(untyped))
 
@@ -172,11 +179,14 @@ class HLSEmitter(CSourceEmitter):
 
     def _prepare(self, func: tir.PrimFunc, types: KernelTypes) -> tir.PrimFunc:
         """The kernel with fixed outputs computed into tk_real arrays, and dataflow stage markers."""
+        # stages first: the exact-output copy then runs after the dataflow join, and the stages stay
+        # the schedule's root stages (marking after wrapping made the whole body one stage, whose
+        # producer filled its FIFO with no consumer running: a deadlock)
+        if func.attr("dataflow"):
+            func = _mark_dataflow_stages(func)
         if types.fixed:
             func = _accumulate_outputs_exactly(func, types)
             func = _widen_fixed_loads(func, types)
-        if func.attr("dataflow"):
-            func = _mark_dataflow_stages(func)
         return func
 
     # --- per-kernel state --------------------------------------------------------------------
@@ -265,6 +275,10 @@ class HLSEmitter(CSourceEmitter):
     # --- expressions -------------------------------------------------------------------------
 
     def literal(self, value, dtype):
+        if self._state.fixed_module and dtype == "float32" and abs(float(value)) >= _REAL_LIMIT:
+            # float's lowest (max pool's padding) would wrap in tk_real: its nearest end holds the
+            # same meaning, below every value a fixed-point tensor can hold
+            value = _REAL_LIMIT - 1.0 if float(value) > 0 else -_REAL_LIMIT
         text = super().literal(value, dtype)
         # in a fixed-point module float constants are tk_real, so `c ? x : 0.0f` has one type
         return f"((tk_real){text})" if self._state.fixed_module and dtype == "float32" else text

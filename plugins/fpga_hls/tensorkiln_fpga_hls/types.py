@@ -7,8 +7,10 @@ conversion from double does, so a numpy reference of a fixed-point kernel (quant
 inputs, exact arithmetic, quantised output) equals C-simulation bit for bit.
 
 Types are chosen per tensor: the target options `-data_type=ap_fixed<16,6>` (every float
-tensor) and `-tensor_types="A=ap_fixed<8,3>;C=ap_fixed<16,6,AP_RND,AP_SAT>"`, or the
-PrimFunc attribute TENSOR_TYPES_ATTR ({buffer name: type}) that a precision pass writes.
+tensor) and `-tensor_types="A=ap_fixed<8,3>;C=ap_fixed<16,6,AP_RND,AP_SAT>"`, the core's
+precision plan (`tensorkiln.sdk.tensor_formats(func)`: a FixedPoint per kernel tensor from
+calibrated ranges, written by the assign_fixed_point pass; `from_fixed_point` maps it), or
+the PrimFunc attribute TENSOR_TYPES_ATTR ({buffer name: type}).
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import numpy as np
 from tensorkiln.ir.errors import CompileError, TargetError
 
 __all__ = ["HLSType", "FLOAT", "QUANTIZATION_MODES", "OVERFLOW_MODES", "TENSOR_TYPES_ATTR", "quantize",
-           "parse_tensor_types", "container_dtype", "to_bits", "from_bits"]
+           "parse_tensor_types", "container_dtype", "to_bits", "from_bits", "from_fixed_point"]
 
 TENSOR_TYPES_ATTR = "hls.tensor_types"
 """PrimFunc attribute: ((buffer name, HLS type text), ...), e.g. written by a precision pass."""
@@ -102,6 +104,19 @@ class HLSType:
 
 
 FLOAT = HLSType("float")
+
+_AP_ROUNDING = {"nearest_even": "AP_RND_CONV", "nearest_up": "AP_RND", "truncate": "AP_TRN"}
+_AP_OVERFLOW = {"saturate": "AP_SAT", "wrap": "AP_WRAP"}
+
+
+def from_fixed_point(fmt) -> HLSType:
+    """The ap_fixed type of a core FixedPoint (tensorkiln.sdk): same width, integer bits, signedness,
+    rounding (nearest_even -> AP_RND_CONV, nearest_up -> AP_RND, truncate -> AP_TRN) and overflow
+    (saturate -> AP_SAT, wrap -> AP_WRAP)."""
+    if not 1 <= fmt.width <= MAX_FIXED_BITS:
+        raise TargetError(f"fpga_hls: fixed-point format {fmt} is wider than {MAX_FIXED_BITS} bits; ask the "
+                          f"precision plan for width <= {MAX_FIXED_BITS}")
+    return HLSType("fixed", fmt.width, fmt.integer, fmt.signed, _AP_ROUNDING[fmt.rounding], _AP_OVERFLOW[fmt.overflow])
 
 
 def parse_tensor_types(text: str) -> dict[str, HLSType]:

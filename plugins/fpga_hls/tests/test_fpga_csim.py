@@ -88,6 +88,20 @@ def test_a_full_stream_outside_dataflow_is_an_error():
         f(np.zeros(64, np.float32), np.zeros(64, np.float32))
 
 
+
+def test_a_bound_kernel_still_raises_the_simulation_error():
+    """The graph executor binds each kernel once (`bind`): the bound call must raise too."""
+    a, b, c = _two_stages(64)
+    s = te.create_schedule(c.op)
+    s[b].stream(4)
+    lib = tk.build(s, [a, c], target="fpga_hls", name="sequential_bound")
+    kernel = tk.target("fpga_hls").spec.loader.load(lib.artifact if hasattr(lib, "artifact") else lib.module.artifact,
+                                                    tk.target("fpga_hls")).get_function("sequential_bound")
+    call = kernel.bind(np.zeros(64, np.float32), np.zeros(64, np.float32))
+    with pytest.raises(RuntimeLaunchError, match=r"write to a full stream B"):
+        call()
+
+
 _DEADLOCK = """
 #include "tk_hls.h"
 #include <cstdio>
