@@ -281,7 +281,8 @@ class GraphExecutor:
         if state.native is not None and (self.use_native if native is None else native):
             for step in self._index_checked_steps:   # indices are graph inputs here (native_entry.static_reason)
                 state.check_indices(step)
-            state.native.run(input_addresses)
+            overlap = self.overlap_width() if self.concurrent and self.plan.concurrent_levels else 1
+            state.native.run(input_addresses, overlap)
             self.last_step_times = []
             return
         times = [0.0] * len(self.plan.steps)

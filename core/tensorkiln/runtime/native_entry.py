@@ -78,7 +78,8 @@ def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
             else:
                 slots.append(Slot("arena", storages[value.storage].offset))
         steps.append(PlanEntryStep(step.kernel, tuple(slots)))
-    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), executor.arena_sizes.get(target, 0))
+    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), executor.arena_sizes.get(target, 0),
+                         tuple(plan.concurrent_levels))
     return spec, list(constant_index), ""
 
 
@@ -116,14 +117,14 @@ class NativeBinding:
         self.state_inputs = (ctypes.c_void_p * count)(*(b.ctypes.data for b in input_buffers))
         self.call_inputs = (ctypes.c_void_p * count)()
 
-    def run(self, addresses: Sequence[int] | None = None) -> None:
+    def run(self, addresses: Sequence[int] | None = None, overlap: int = 1) -> None:
         if addresses is None:
-            self.entry(self.state_inputs, self.constants, self.arena_address)
+            self.entry(self.state_inputs, self.constants, self.arena_address, overlap)
             return
         slots = self.call_inputs
         for index, address in enumerate(addresses):
             slots[index] = address
-        self.entry(slots, self.constants, self.arena_address)
+        self.entry(slots, self.constants, self.arena_address, overlap)
 
 
 IN_PLACE_BYTES = 1 << 18

@@ -8,8 +8,9 @@ plan in order, so a run costs one call from Python instead of one per step (an A
 executor like TVM's). The ABI, as C::
 
     int32_t run(void* const* inputs,     // the model's inputs, in plan order
-                void* const* constants,  // the plan's constants, in `PlanEntrySpec.constants` order
-                uint8_t* arena);         // the run's arena: intermediates and outputs at their offsets
+                void* const* constants,  // the plan's constants, in the order of the spec's slots
+                uint8_t* arena,          // the run's arena: intermediates and outputs at their offsets
+                int32_t overlap);        // how many steps of one concurrent level may run at once
 
 It returns 0, or `((step + 1) << 16) | code` when the packed function of `step` returned
 `code` (an argument check; see tensorkiln.sdk.native): `PlanEntry.describe_error` says which.
@@ -31,8 +32,9 @@ from ..ir.errors import RuntimeLaunchError
 __all__ = ["Slot", "PlanEntryStep", "PlanEntrySpec", "PlanEntry", "PLAN_ENTRY_FUNCTION", "encode_step_error"]
 
 PLAN_ENTRY_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p)
-"""The C type of a plan entry: int32_t (void* const* inputs, void* const* constants, uint8_t* arena)."""
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int32)
+"""The C type of a plan entry: int32_t (void* const* inputs, void* const* constants, uint8_t* arena,
+int32_t overlap)."""
 
 
 def encode_step_error(step: int, code: int) -> int:
@@ -60,12 +62,16 @@ class PlanEntryStep:
 @dataclass(frozen=True)
 class PlanEntrySpec:
     """The whole plan as the entry sees it: steps in order, how many inputs and constants the
-    caller passes, and the arena's size in bytes."""
+    caller passes, the arena's size in bytes, and the plan's concurrent levels (consecutive step
+    indices that may run at the same time; empty: one step per level). With `overlap` > 1 an
+    entry may run up to that many steps of a level at once (the memory plan keeps their storages
+    apart), as the Python executor does on its thread pool; with 1 it runs them in order."""
 
     steps: tuple[PlanEntryStep, ...]
     num_inputs: int
     num_constants: int
     arena_bytes: int
+    levels: tuple[tuple[int, ...], ...] = ()
 
 
 class PlanEntry:
@@ -81,9 +87,9 @@ class PlanEntry:
         self._owner = owner
         self._signature_of = signature_of
 
-    def __call__(self, inputs, constants, arena_address: int) -> None:
+    def __call__(self, inputs, constants, arena_address: int, overlap: int = 1) -> None:
         """Run the plan: `inputs` and `constants` are ctypes arrays of c_void_p; raises on an error code."""
-        code = self.function(inputs, constants, arena_address)
+        code = self.function(inputs, constants, arena_address, overlap)
         if code != 0:
             raise RuntimeLaunchError(self.describe_error(code))
 

@@ -27,7 +27,7 @@ from tensorkiln.sdk.native import dtype_fields
 from tensorkiln.sdk.plan_entry import PlanEntry, PlanEntrySpec, encode_step_error
 
 from .abi import TKARG_TYPE
-from .cgutils import I8, I32, I64, PTR
+from .cgutils import I8, I32, I64, PTR, declare
 from .host import machine_config, new_target_machine
 
 __all__ = ["build_plan_entry", "ENTRY_SYMBOL"]
@@ -60,35 +60,104 @@ def _template(module: ir.Module, index: int, signature) -> ir.GlobalVariable:
                             ir.Constant(ir.ArrayType(TKARG_TYPE, len(slots)), slots))
 
 
-def _emit(spec: PlanEntrySpec, signatures: list, addresses: list[int]) -> str:
-    module = ir.Module(name="tensorkiln_plan")
-    function = ir.Function(module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR]), ENTRY_SYMBOL)
-    inputs, constants, arena = function.args
-    inputs.name, constants.name, arena.name = "inputs", "constants", "arena"
-    memcpy = module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    widest = max(len(step.args) for step in spec.steps)
-    args = builder.alloca(TKARG_TYPE, I32(widest), name="args")
-    for index, (step, signature, address) in enumerate(zip(spec.steps, signatures, addresses)):
-        template = _template(module, index, signature)
-        builder.call(memcpy, [builder.bitcast(args, PTR), builder.bitcast(template, PTR),
-                              I64(_TKARG_BYTES * len(step.args)), ir.IntType(1)(0)])
+class _Tables:
+    """The entry's parameters as a step sees them: the inputs and constants tables and the arena."""
+
+    def __init__(self, inputs: ir.Value, constants: ir.Value, arena: ir.Value) -> None:
+        self.inputs, self.constants, self.arena = inputs, constants, arena
+
+    def data(self, builder: ir.IRBuilder, slot) -> ir.Value:
+        if slot.kind == "arena":
+            return builder.gep(self.arena, [I64(slot.index)], inbounds=True)
+        table = self.inputs if slot.kind == "input" else self.constants
+        return builder.load(builder.gep(table, [I64(slot.index)], inbounds=True))
+
+
+class _EntryBuilder:
+    """Emits the entry: steps in order, and each concurrent level either in order or, when the
+    caller's `overlap` allows, on a libgomp team (`GOMP_parallel`, one step per thread in turn)."""
+
+    def __init__(self, spec: PlanEntrySpec, signatures: list, addresses: list[int]) -> None:
+        self.spec, self.signatures, self.addresses = spec, signatures, addresses
+        self.module = ir.Module(name="tensorkiln_plan")
+        self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
+        self.templates: dict[int, ir.GlobalVariable] = {}
+        self.context_type = ir.LiteralStructType([PTR.as_pointer(), PTR.as_pointer(), PTR, I32])
+
+    def call_step(self, builder: ir.IRBuilder, args: ir.Value, tables: _Tables, index: int) -> ir.Value:
+        """Fill `args` (a TKArg array on the stack) for step `index`, call its kernel, return its code."""
+        step = self.spec.steps[index]
+        if index not in self.templates:
+            self.templates[index] = _template(self.module, index, self.signatures[index])
+        builder.call(self.memcpy, [builder.bitcast(args, PTR), builder.bitcast(self.templates[index], PTR),
+                                   I64(_TKARG_BYTES * len(step.args)), ir.IntType(1)(0)])
         for position, slot in enumerate(step.args):
-            if slot.kind == "arena":
-                data = builder.gep(arena, [I64(slot.index)], inbounds=True)
+            builder.store(tables.data(builder, slot), builder.gep(args, [I64(position), I32(0)], inbounds=True))
+        kernel = builder.inttoptr(I64(self.addresses[index]), _PACKED_TYPE.as_pointer(), name=f"kernel.{index}")
+        return builder.call(kernel, [args, I32(len(step.args))])
+
+    def _args(self, builder: ir.IRBuilder, steps) -> ir.Value:
+        return builder.alloca(TKARG_TYPE, I32(max(len(self.spec.steps[i].args) for i in steps)), name="args")
+
+    def _return_on_error(self, builder: ir.IRBuilder, code: ir.Value, index: int) -> None:
+        with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
+            builder.ret(builder.or_(builder.and_(code, I32(0xFFFF)), I32(encode_step_error(index, 0))))
+
+    def _level_function(self, number: int, level: tuple[int, ...]) -> ir.Function:
+        """`void level.N(context*)`: thread t of the team runs the level's steps j with j % team == t."""
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), f"level.{number}")
+        function.linkage = "internal"
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        context = builder.bitcast(function.args[0], self.context_type.as_pointer())
+        fields = [builder.load(builder.gep(context, [I32(0), I32(k)], inbounds=True)) for k in range(3)]
+        tables = _Tables(*fields)
+        error = builder.gep(context, [I32(0), I32(3)], inbounds=True)
+        thread = builder.call(declare(self.module, "omp_get_thread_num", I32, []), [])
+        team = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
+        args = self._args(builder, level)
+        for position, index in enumerate(level):
+            mine = builder.icmp_signed("==", builder.urem(I32(position), team), thread)
+            with builder.if_then(mine):
+                code = self.call_step(builder, args, tables, index)
+                with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
+                    failed = builder.or_(builder.and_(code, I32(0xFFFF)), I32(encode_step_error(index, 0)))
+                    builder.store_atomic(failed, error, "monotonic", 4)
+        builder.ret_void()
+        return function
+
+    def emit(self) -> str:
+        function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32]),
+                               ENTRY_SYMBOL)
+        inputs, constants, arena, overlap = function.args
+        inputs.name, constants.name, arena.name, overlap.name = "inputs", "constants", "arena", "overlap"
+        tables = _Tables(inputs, constants, arena)
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        args = self._args(builder, range(len(self.spec.steps)))
+        context = builder.alloca(self.context_type, name="context")
+        for k, value in enumerate((inputs, constants, arena)):
+            builder.store(value, builder.gep(context, [I32(0), I32(k)], inbounds=True))
+        levels = self.spec.levels or tuple((index,) for index in range(len(self.spec.steps)))
+        for number, level in enumerate(levels):
+            if len(level) > 1:
+                team = builder.select(builder.icmp_signed("<", overlap, I32(len(level))), overlap, I32(len(level)))
+                with builder.if_else(builder.icmp_signed(">", team, I32(1))) as (together, in_order):
+                    with together:
+                        error = builder.gep(context, [I32(0), I32(3)], inbounds=True)
+                        builder.store(I32(0), error)
+                        body = self._level_function(number, level)
+                        gomp_parallel = declare(self.module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+                        builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(context, PTR),
+                                                     team, I32(0)])
+                        failed = builder.load(error)
+                        with builder.if_then(builder.icmp_signed("!=", failed, I32(0)), likely=False):
+                            builder.ret(failed)
+                    with in_order:
+                        for index in level:
+                            self._return_on_error(builder, self.call_step(builder, args, tables, index), index)
             else:
-                table = inputs if slot.kind == "input" else constants
-                data = builder.load(builder.gep(table, [I64(slot.index)], inbounds=True))
-            field = builder.gep(args, [I64(position), I32(0)], inbounds=True)
-            builder.store(data, field)
-        kernel = builder.inttoptr(I64(address), _PACKED_TYPE.as_pointer(), name=f"kernel.{index}")
-        code = builder.call(kernel, [args, I32(len(step.args))])
-        failed = builder.icmp_signed("!=", code, I32(0))
-        with builder.if_then(failed, likely=False):
-            step_code = builder.or_(builder.and_(code, I32(0xFFFF)), I32(encode_step_error(index, 0)))
-            builder.ret(step_code)
-    builder.ret(I32(0))
-    return str(module)
+                self._return_on_error(builder, self.call_step(builder, args, tables, level[0]), level[0])
+        builder.ret(I32(0))
+        return str(self.module)
 
 
 def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
@@ -103,7 +172,7 @@ def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
             raise CompileError(f"cpu_llvm plan entry: kernel {step.kernel!r} (symbol {symbol!r}) is not in the "
                                "loaded module")
         addresses.append(address)
-    text = _emit(spec, signatures, addresses)
+    text = _EntryBuilder(spec, signatures, addresses).emit()
     try:
         parsed = llvm.parse_assembly(text)
         parsed.verify()

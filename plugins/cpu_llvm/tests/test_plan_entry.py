@@ -72,6 +72,58 @@ def test_models_keep_entries_of_their_own():
     np.testing.assert_array_equal(first(x), second(x))
 
 
+def _branching_model():
+    """Three dense layers of one input (one concurrent level), each a model output."""
+    x = graph.var("x", shape=(8, 32), dtype="float32")
+    rng = np.random.default_rng(3)
+    branches = [graph.nn.dense(x, graph.const(rng.standard_normal((32, 32)).astype(np.float32) * 0.2))
+                for _ in range(3)]
+    return tk.compile(graph.Module.from_expr(graph.tuple_(graph.tanh(branches[0]), graph.sigmoid(branches[1]),
+                                                         branches[2])), target="cpu_llvm")
+
+
+def test_an_overlapped_level_gives_the_same_bits_and_reports_errors():
+    lib = _branching_model()
+    executor = lib.executor
+    spec = executor.native_entry.spec
+    wide = [level for level in spec.levels if len(level) > 1]
+    assert wide, f"expected a concurrent level, got {spec.levels}"
+    x = np.random.default_rng(4).standard_normal((8, 32)).astype(np.float32)
+    expected = executor.run_with({"x": x}, native=False)
+    storages = {s.id: s for s in lib.plan.storages}
+    for overlap in (1, 2, 3, 8):
+        arena = np.zeros(spec.arena_bytes, np.uint8)
+        executor.native_entry(_pointers([x]), executor._native_constants, arena.ctypes.data, overlap)
+        for value_id, want in zip(lib.plan.outputs, expected):
+            value = lib.plan.values[value_id]
+            offset = storages[value.storage].offset
+            got = arena[offset:offset + value.nbytes].view(np.float32).reshape(value.shape)
+            np.testing.assert_array_equal(got, want)
+    # a step of the level that fails is reported after the level, whichever thread ran it
+    index = wide[0][-1]
+    broken = replace(spec, steps=tuple(replace(step, args=step.args[:-1]) if i == index else step
+                                       for i, step in enumerate(spec.steps)))
+    entry = lib.loaded_module("cpu_llvm").build_plan_entry(broken)
+    arena = np.zeros(spec.arena_bytes, np.uint8)
+    for overlap in (1, 2):
+        with pytest.raises(RuntimeLaunchError, match=rf"step {index} \(kernel {spec.steps[index].kernel}\)"):
+            entry(_pointers([x]), executor._native_constants, arena.ctypes.data, overlap)
+
+
+def test_the_executor_overlaps_levels_when_kernels_leave_cores_free():
+    lib = _branching_model()
+    executor = lib.executor
+    x = np.ones((8, 32), np.float32)
+    expected = executor.run_with({"x": x}, native=False)
+    tk.runtime.set_num_threads(1)
+    try:
+        assert executor.overlap_width() == (os.cpu_count() or 1)
+        for got, want in zip(lib.run({"x": x}), expected):
+            np.testing.assert_array_equal(got, want)
+    finally:
+        tk.runtime.set_num_threads(0)
+
+
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 LIGHT_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
                 "bvlc_alexnet", "zfnet512", "vgg19")
