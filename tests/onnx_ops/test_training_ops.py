@@ -63,3 +63,27 @@ def test_optimizer_with_a_wrong_input_count_is_refused():
     model.graph.node[0].input.pop()   # R, T, X, G: the accumulator H is missing
     with pytest.raises(TensorkilnError, match=r"Adagrad.*4 inputs; expected R, T and 3 groups"):
         tk.compile(model, target="cpu_llvm")
+
+
+@pytest.mark.parametrize("shape, attrs", [((4, 3), {}), ((2, 3, 5), dict(momentum=0.7)),
+                                          ((2, 3, 4, 5), dict(epsilon=1e-2, momentum=0.5))])
+def test_batch_norm_training_mode_matches_onnx_reference(shape, attrs):
+    """training_mode=1: y normalized with the batch's statistics, and the running mean and variance."""
+    channels = shape[1]
+    names = ["x", "scale", "bias", "mean", "var"]
+    shapes = [shape] + [(channels,)] * 4
+    node = helper.make_node("BatchNormalization", names, ["y", "running_mean", "running_var"], training_mode=1,
+                            **attrs)
+    graph = helper.make_graph([node], "bn", [helper.make_tensor_value_info(n, TensorProto.FLOAT, s)
+                                             for n, s in zip(names, shapes)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, shape),
+                               helper.make_tensor_value_info("running_mean", TensorProto.FLOAT, (channels,)),
+                               helper.make_tensor_value_info("running_var", TensorProto.FLOAT, (channels,))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    rng = np.random.default_rng(7)
+    feeds = {n: (rng.standard_normal(s) * 2 + 1).astype("float32") for n, s in zip(names, shapes)}
+    feeds["var"] = np.abs(feeds["var"])
+    got = tk.compile(model, target="cpu_llvm").run(feeds)
+    want = ReferenceEvaluator(model).run(None, feeds)
+    for g, w, name in zip(got, want, ["y", "running_mean", "running_var"]):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5, err_msg=name)

@@ -188,10 +188,28 @@ def _matmul(node: OnnxNode) -> Expr:
 @converter("BatchNormalization")
 def _batch_norm(node: OnnxNode):
     data, scale, bias, mean, var = (node.required(i) for i in range(5))
+    epsilon = node.attr("epsilon", 1e-5)
     if node.attr("training_mode", 0):
-        raise node.unsupported("training_mode=1 is not supported; export the model for inference")
-    out = node.call("nn.batch_norm", data, scale, bias, mean, var, axis=1, epsilon=node.attr("epsilon", 1e-5))
+        return _batch_norm_training(node, data, scale, bias, mean, var, epsilon)
+    out = node.call("nn.batch_norm", data, scale, bias, mean, var, axis=1, epsilon=epsilon)
     return (out, mean, var, mean, var)
+
+
+def _batch_norm_training(node: OnnxNode, data, scale, bias, mean, var, epsilon):
+    """Normalize with the batch's own statistics (population variance, over every axis but 1) and
+    return them blended into the running ones: running * momentum + batch * (1 - momentum)."""
+    axes = tuple(i for i in range(data.ndim) if i != 1)
+    batch_mean = node.call("mean", data, axis=axes)
+    centered = node.call("subtract", data, node.call("reshape", batch_mean, newshape=(-1,) + (1,) * (data.ndim - 2)))
+    batch_var = node.call("mean", node.call("multiply", centered, centered), axis=axes)
+    out = node.call("nn.batch_norm", data, scale, bias, batch_mean, batch_var, axis=1, epsilon=epsilon)
+    momentum = node.attr("momentum", 0.9)
+
+    def blend(running, batch):
+        return node.call("add", node.call("multiply", running, scalar(momentum, running.dtype)),
+                         node.call("multiply", node.call("cast", batch, dtype=running.dtype),
+                                   scalar(1.0 - momentum, running.dtype)))
+    return (out, blend(mean, batch_mean), blend(var, batch_var))
 
 
 @converter("InstanceNormalization")
