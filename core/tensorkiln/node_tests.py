@@ -79,7 +79,9 @@ def _to_array(value: Any, numpy_helper) -> Any:
         return np.asarray(value)
     if hasattr(value, "dims") and hasattr(value, "data_type"):
         return numpy_helper.to_array(value)
-    return value  # sequences/optionals stay as they are; they end as unsupported
+    if isinstance(value, list):   # a sequence: a list of tensors
+        return [_to_array(item, numpy_helper) for item in value]
+    return value  # None (an empty optional) stays None
 
 
 def _is_float32_only(inputs, outputs) -> bool:
@@ -132,8 +134,8 @@ def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResu
     def result(status: str, detail: str = "") -> NodeResult:
         return NodeResult(case.name, status, case.is_float32_only, detail)
 
-    if not all(isinstance(v, np.ndarray) for v in [*case.inputs.values(), *case.expected_outputs]):
-        return result("unsupported", "sequence or optional values")
+    if not all(isinstance(v, np.ndarray) for v in case.inputs.values()):
+        retry = False   # a sequence (list) or optional (None) input has no shape to bind: import as declared
     try:
         module, inputs = _import(case, from_onnx) if retry else (from_onnx(case.model), case.inputs)
         outputs = run_fn(module, inputs)
@@ -146,7 +148,7 @@ def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResu
     if len(outputs) != len(case.expected_outputs):
         return result("fail", f"{len(outputs)} outputs, expected {len(case.expected_outputs)}")
     for index, (actual, expected) in enumerate(zip(outputs, case.expected_outputs)):
-        problem = _compare(np.asarray(actual), expected, case.rtol, case.atol)
+        problem = _compare_value(actual, expected, case.rtol, case.atol)
         if problem:
             return result("fail", f"output {index}: {problem}")
     return result("pass")
@@ -185,6 +187,28 @@ def _import(case: NodeCase, from_onnx):
             continue
         return module, rest
     raise AssertionError("unreachable")
+
+
+def _compare_value(actual: Any, expected: Any, rtol: float, atol: float) -> str:
+    """Compare an output with onnx's expected value: None (an empty optional) with None, a sequence
+    (list) element by element, a tensor with _compare."""
+    if expected is None:
+        return "" if actual is None else f"a {type(actual).__name__}, expected None (an empty optional)"
+    if actual is None:
+        return "None, expected a value"
+    if isinstance(expected, list):
+        if not isinstance(actual, (list, tuple)):
+            return f"a {type(actual).__name__}, expected a sequence of {len(expected)}"
+        if len(actual) != len(expected):
+            return f"a sequence of {len(actual)}, expected {len(expected)}"
+        for index, (item, wanted) in enumerate(zip(actual, expected)):
+            problem = _compare_value(item, wanted, rtol, atol)
+            if problem:
+                return f"element {index}: {problem}"
+        return ""
+    if isinstance(actual, (list, tuple)):
+        return f"a sequence of {len(actual)}, expected a tensor"
+    return _compare(np.asarray(actual), np.asarray(expected), rtol, atol)
 
 
 def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:

@@ -16,7 +16,9 @@ __all__ = ["TensorkilnBackend", "TensorkilnBackendRep", "backend_for", "prepare"
 
 
 class TensorkilnBackendRep(BackendRep):
-    """A compiled ONNX model; `run(inputs)` takes arrays in graph-input order."""
+    """A compiled ONNX model; `run(inputs)` takes arrays in graph-input order (a list of arrays for a
+    sequence input, None for an absent optional) and returns a list for a sequence output, None for an
+    empty optional."""
 
     def __init__(self, compiled, narrow_outputs: dict[int, str] | None = None) -> None:
         self.compiled = compiled
@@ -27,13 +29,23 @@ class TensorkilnBackendRep(BackendRep):
         from .ir.narrow_dtypes import from_carrier, to_carrier
 
         if isinstance(inputs, dict):
-            outputs = self.compiled.run({name: to_carrier(array) for name, array in inputs.items()})
+            outputs = self.compiled.run({name: _carried(array, to_carrier) for name, array in inputs.items()})
         else:
             arrays = [inputs] if isinstance(inputs, np.ndarray) else list(inputs)
             names = self.compiled.input_names
-            outputs = self.compiled.run({name: to_carrier(array) for name, array in zip(names, arrays)})
+            outputs = self.compiled.run({name: _carried(array, to_carrier) for name, array in zip(names, arrays)})
         return tuple(from_carrier(out, self.narrow_outputs[i]) if i in self.narrow_outputs else out
                      for i, out in enumerate(outputs))
+
+
+def _carried(value: Any, to_carrier) -> Any:
+    """An input as the model takes it: a sequence (a list) element by element, an empty optional (None)
+    as it is (runtime/specialize.py specialises on both), a tensor through `to_carrier`."""
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)):
+        return [to_carrier(item) for item in value]
+    return to_carrier(value)
 
 
 class TensorkilnBackend(Backend):

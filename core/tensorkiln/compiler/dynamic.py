@@ -8,6 +8,9 @@
   runtime.specialize.SpecializedModel, which imports and compiles the model per input shape
   (and per value of the inputs such parameters depend on) on first sight, and caches it.
 
+A model with a sequence or optional input or output (a list of arrays, or None) is specialised on
+the structure of those values too (_StructuredBuilder, frontend/onnx/structured.py).
+
 Nothing is compiled for a dynamic model until it runs (`lib.specialize(inputs)` warms the cache),
 but the model is imported once at a probe shape here, so an unsupported op or dtype is reported
 by `tk.compile` itself.
@@ -22,7 +25,7 @@ import numpy as np
 
 from ..graph.types import Dim, SymbolicTensorType
 from ..ir.errors import DTypeError, TensorkilnError, UnsupportedOpError
-from ..runtime.specialize import SpecializedModel, Specialization
+from ..runtime.specialize import SpecializedModel, Specialization, StructuredModel
 
 __all__ = ["specializing", "compile_onnx", "is_onnx_model"]
 
@@ -55,6 +58,9 @@ def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callabl
     # A path goes to from_onnx as a path: the checker reads a model over 2 GB from its file.
     source = model_or_path if isinstance(model_or_path, (str, Path)) else model
     signature = input_signature(model, shape)
+    if _has_structured_values(model, signature):
+        return SpecializedModel(signature, _StructuredBuilder(model, compile_module, memory_limit), target=target,
+                                output_signature=output_signature(model))
     if is_static_signature(signature):
         static_shape = {name: t.shape for name, t in signature.items()} if shape else None
         try:
@@ -122,3 +128,41 @@ class _Builder:
                 bound.extend(new)
                 continue
             return Specialization(self.compile_module(mod), tuple(bound))
+
+
+def _has_structured_values(model, signature) -> bool:
+    from ..frontend.onnx.structured import declares_structured_outputs
+    from ..graph.sequence_types import is_structured_type
+    return any(is_structured_type(t) for t in signature.values()) or declares_structured_outputs(model)
+
+
+class _StructuredBuilder:
+    """Builds for a model with sequence or optional inputs or outputs: the model is rewritten for the
+    structure of this call's values (each sequence's length, each optional's presence) into one over
+    tensors, which _Builder imports and compiles; sequence outputs found at import are exposed element
+    by element (the importer's SequenceOutputError names their lengths) and rebuilt as lists."""
+
+    def __init__(self, model, compile_module: Callable, memory_limit: int | None) -> None:
+        self.model = model
+        self.compile_module = compile_module
+        self.memory_limit = memory_limit
+
+    def __call__(self, values: dict[str, Any], value_inputs: tuple[str, ...]) -> Specialization:
+        from ..frontend.onnx.converters.sequence import SequenceOutputError
+        from ..frontend.onnx.structured import expose_outputs, flatten_inputs, value_leaves
+        model, leaves = flatten_inputs(self.model, values)
+        arrays = {leaf: array for name, value in values.items()
+                  for leaf, array in zip(leaves[name], value_leaves(value))}
+        bound = tuple(leaf for name in value_inputs for leaf in leaves[name])
+        layout = None
+        try:
+            built = _Builder(model, self.compile_module, self.memory_limit)(arrays, bound)
+        except SequenceOutputError as error:
+            model, layout = expose_outputs(model, error.structure)
+            if layout.num_flat == 0:   # every output an empty optional: nothing to compile
+                return Specialization(StructuredModel(None, leaves, layout), value_inputs)
+            built = _Builder(model, self.compile_module, self.memory_limit)(arrays, bound)
+        # a value input found among the tensors of a sequence specialises on the whole sequence
+        owners = {name for name in values if set(leaves[name]) & set(built.value_inputs)}
+        return Specialization(StructuredModel(built.compiled, leaves, layout),
+                              tuple(name for name in values if name in owners or name in value_inputs))

@@ -14,6 +14,11 @@ parameters depend on; `value_inputs`); a new key compiles through the `build` ca
 compiler hands over (the runtime never imports the compiler), an old one reuses its module.
 Shapes are checked against the declared bounds first: a bad one raises ShapeError naming the
 input, the dimension and its bounds. See sdk_docs/dynamic_shapes.md for the strategy.
+
+A sequence input (a list of arrays) or an optional one (an array or None) is specialised on its
+structure the same way: its length and element shapes, or whether it is present, are part of the
+key (graph/sequence_types.py), and the builder compiles a model over the value's tensors, which
+`StructuredModel` runs, returning sequence outputs as lists and empty optionals as None.
 """
 from __future__ import annotations
 
@@ -23,11 +28,12 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from ..graph.sequence_types import is_structured_type, structure_key
 from ..graph.types import SymbolicTensorType
 from ..ir.dtypes import to_numpy
 from ..ir.errors import RuntimeLaunchError, TensorkilnError
 
-__all__ = ["SpecializedModel", "Specialization"]
+__all__ = ["SpecializedModel", "Specialization", "StructuredModel"]
 
 # build(arrays, value_inputs) -> Specialization: compile for these arrays' shapes with the values of
 # `value_inputs` compiled in; the builder may find that more inputs are needed as values and says so.
@@ -100,7 +106,7 @@ class SpecializedModel:
             key = names[key]
         if key not in self.signature:
             raise RuntimeLaunchError(f"the model has no input {key!r}; its inputs are {names}")
-        self._inputs[key] = np.asarray(array)
+        self._inputs[key] = array if is_structured_type(self.signature[key]) else np.asarray(array)
 
     def get_output(self, index: int) -> np.ndarray:
         if self._last_outputs is None:
@@ -153,6 +159,9 @@ class SpecializedModel:
         bindings: dict[str, int] = {}
         arrays = {}
         for name, ttype in self.signature.items():
+            if is_structured_type(ttype):   # a list of arrays, or an array or None
+                arrays[name] = ttype.check(inputs[name], f"input {name!r}", bindings)
+                continue
             array = np.asarray(inputs[name])
             if array.dtype != to_numpy(ttype.dtype):
                 raise RuntimeLaunchError(f"input {name!r} has dtype {array.dtype}, expected {ttype.dtype}; "
@@ -162,8 +171,8 @@ class SpecializedModel:
         return arrays
 
     def _key(self, arrays: Mapping[str, np.ndarray], value_inputs: tuple[str, ...]) -> tuple:
-        shapes = tuple(arrays[name].shape for name in self.signature)
-        values = tuple(np.ascontiguousarray(arrays[name]).tobytes() for name in value_inputs)
+        shapes = tuple(structure_key(arrays[name]) for name in self.signature)
+        values = tuple(_value_bytes(arrays[name]) for name in value_inputs)
         return shapes, value_inputs, values
 
     def _specialization(self, arrays: dict[str, np.ndarray]) -> Specialization:
@@ -191,3 +200,43 @@ class SpecializedModel:
         arrays = self._checked(dict(inputs))
         compiled = self._specialization(arrays).compiled
         return compiled.run({name: arrays[name] for name in compiled.input_names})
+
+
+def _value_bytes(value: Any) -> Any:
+    """The value of a value input as hashable bytes (per element for a sequence, None when absent)."""
+    if value is None:
+        return None
+    if isinstance(value, list):
+        return tuple(np.ascontiguousarray(item).tobytes() for item in value)
+    return np.ascontiguousarray(value).tobytes()
+
+
+class StructuredModel:
+    """A compiled model over tensors, run with sequence and optional values: each input's tensors go
+    to the flat inputs `leaves` names for it (none for None, one per element of a list), and the flat
+    outputs come back rebuilt by `layout` (lists for sequences, None for empty optionals).
+
+    The builder makes one per structure (the lengths and presence are compiled in); `compiled` is
+    None when every output is an empty optional, so there is nothing to run."""
+
+    def __init__(self, compiled, leaves: Mapping[str, tuple[str, ...]], layout) -> None:
+        self.compiled = compiled
+        self.leaves = dict(leaves)
+        self.layout = layout
+
+    @property
+    def input_names(self) -> list[str]:
+        return list(self.leaves)
+
+    def run(self, inputs: Mapping[str, Any]) -> list[Any]:
+        flat = {}
+        for name, value in inputs.items():
+            items = [] if value is None else list(value) if isinstance(value, list) else [value]
+            flat.update(zip(self.leaves[name], items))
+        outputs = [] if self.compiled is None else self.compiled.run(
+            {name: flat[name] for name in self.compiled.input_names})
+        return self.layout.rebuild(list(outputs)) if self.layout is not None else outputs
+
+    def export(self, path) -> None:
+        raise TensorkilnError("a model with sequence or optional inputs or outputs has no single package; its "
+                              "compiled tensors-only model is lib.specialize(inputs).compiled")

@@ -25,6 +25,7 @@ from ...ir.narrow_dtypes import to_carrier
 from ...ir.errors import DTypeError, FrontendError, TensorkilnError, UnsupportedOpError
 from ...ir.memory import check_tensor_fits, physical_memory_bytes
 from .converters import CONVERTERS
+from .converters.sequence import NoneValue, SequenceOutputError, SequenceValue
 from .functions import function_for, function_key, has_function, inline, static_body
 from .narrow_types import carrier_of_onnx_type, value_formats
 from .node import OnnxNode
@@ -111,8 +112,7 @@ def from_onnx(model_or_path: Any, shape: Mapping[str, tuple[int, ...]] | None = 
         if output.name not in values:
             raise FrontendError(f"graph output {output.name!r} is not produced by any node")
         if not isinstance(values[output.name], Expr):   # converters/sequence.py: import-time values only
-            raise UnsupportedOpError(f"graph output {output.name!r} is a sequence or an optional; tensorkiln "
-                                     "models return tensors only")
+            raise SequenceOutputError.of(graph.output, values)   # tk.compile re-imports with the elements
         outputs.append(values[output.name])
     if not outputs:
         raise FrontendError("the ONNX graph has no outputs")
@@ -325,7 +325,7 @@ def _convert_node(onnx_node, values: dict[str, Expr], opsets: dict[str, int], co
                             f"{type(error).__name__}: {error}") from error
     if isinstance(result, Expr) and isinstance(result.checked_type, TupleType):
         result = tuple(_item(result, i) for i in range(len(result.checked_type.fields)))
-    if isinstance(result, Expr):
+    if isinstance(result, (Expr, SequenceValue, NoneValue)):   # one value (Identity passes a sequence on)
         result = (result,)
     for index, name in enumerate(onnx_node.output):
         if not name:

@@ -7,11 +7,15 @@ A dimension the model declares with a `dim_param` ("batch") becomes Dim("batch")
 value nor param becomes Dim("<input>[<axis>]"). A `shape=` entry (a tuple of ints/Dims/None/"?" or
 a string for graph.types.parse_shape) replaces the declared shape; its "?" dimensions keep the model's
 dim_param name, so inputs that share a symbol still share it.
+
+A sequence input has a SymbolicSequenceType and an optional one a SymbolicOptionalType
+(graph/sequence_types.py): a model taking one is specialised at run time on the value's structure.
 """
 from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ...graph.sequence_types import SymbolicOptionalType, SymbolicSequenceType, is_structured_type
 from ...graph.types import Dim, SymbolicTensorType, parse_shape
 from ...ir.dtypes import from_numpy
 from ...ir.errors import DTypeError, FrontendError, ShapeError, UnsupportedOpError
@@ -27,8 +31,9 @@ def load_model(model_or_path: Any):
     return _load(model_or_path)[0]
 
 
-def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, SymbolicTensorType]:
-    """The graph inputs (initializers left out) and their types, in graph order."""
+def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The graph inputs (initializers left out) and their types, in graph order: a SymbolicTensorType per
+    tensor, a SymbolicSequenceType or SymbolicOptionalType per sequence or optional input."""
     graph = model.graph
     initializers = {tensor.name for tensor in graph.initializer}
     shape = dict(shape or {})
@@ -37,8 +42,11 @@ def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, 
         if value.name in initializers:
             continue
         if not value.type.HasField("tensor_type"):
-            raise UnsupportedOpError(f"graph input {value.name!r} is not a tensor (sequences, maps and optionals "
-                                     "are not supported)")
+            if value.name in shape:
+                raise FrontendError(f"shape= names {value.name!r}, a sequence or optional input; its elements' "
+                                    "shapes are taken at run time")
+            signature[value.name] = _structured_type(value.name, value.type)
+            continue
         tensor_type = value.type.tensor_type
         dtype = _dtype(tensor_type, f"graph input {value.name!r}")
         declared = _declared_dims(value.name, tensor_type)
@@ -50,7 +58,44 @@ def input_signature(model, shape: Mapping[str, Any] | None = None) -> dict[str, 
     return _tightest_bounds(signature)
 
 
-def _tightest_bounds(signature: dict[str, SymbolicTensorType]) -> dict[str, SymbolicTensorType]:
+def _structured_type(name: str, type_proto) -> SymbolicSequenceType | SymbolicOptionalType:
+    """The type of a sequence or optional input (of tensors, or an optional sequence), specialised on at
+    run time; maps, and sequences of sequences, are refused."""
+    what = f"graph input {name!r}"
+    if type_proto.HasField("optional_type"):
+        element = type_proto.optional_type.elem_type
+        if element.HasField("tensor_type"):
+            return SymbolicOptionalType(_element_type(name, element.tensor_type, f"{what} (an optional)"))
+        if element.HasField("sequence_type"):
+            return SymbolicOptionalType(_sequence_type(name, element, what))
+    elif type_proto.HasField("sequence_type"):
+        return _sequence_type(name, type_proto, what)
+    raise UnsupportedOpError(f"{what} has type {_type_text(type_proto)}; tensorkiln takes tensors, sequences of "
+                             "tensors and optional tensors or sequences (maps and nested sequences are not "
+                             "supported)")
+
+
+def _sequence_type(name: str, type_proto, what: str) -> SymbolicSequenceType:
+    element = type_proto.sequence_type.elem_type
+    if not element.HasField("tensor_type"):
+        raise UnsupportedOpError(f"{what} has type {_type_text(type_proto)}; only sequences of tensors are "
+                                 "supported")
+    return SymbolicSequenceType(_element_type(name, element.tensor_type, f"{what} (a sequence)"))
+
+
+def _element_type(name: str, tensor_type, what: str) -> SymbolicTensorType:
+    """An element's declared type; its symbols are named after the input, so they bind nothing shared."""
+    dims = _declared_dims(f"{name}.element", tensor_type)
+    if dims is not None:
+        dims = tuple(Dim(f"{name}.element[{axis}]", 0) if isinstance(d, Dim) else d for axis, d in enumerate(dims))
+    return SymbolicTensorType(dims, _dtype(tensor_type, f"{what}'s elements"))
+
+
+def _type_text(type_proto) -> str:
+    return " ".join(str(type_proto).split())[:200]
+
+
+def _tightest_bounds(signature: dict[str, Any]) -> dict[str, Any]:
     """A symbol named in several inputs gets the intersection of the bounds given for it."""
     bounds: dict[str, Dim] = {}
     for ttype in signature.values():
@@ -58,8 +103,9 @@ def _tightest_bounds(signature: dict[str, SymbolicTensorType]) -> dict[str, Symb
             known = bounds.get(dim.name, dim)
             uppers = [u for u in (known.upper, dim.upper) if u is not None]
             bounds[dim.name] = Dim(dim.name, max(known.lower, dim.lower), min(uppers) if uppers else None)
-    return {name: SymbolicTensorType(None if t.shape is None else
-                                     tuple(bounds[d.name] if isinstance(d, Dim) else d for d in t.shape), t.dtype)
+    return {name: t if is_structured_type(t) else
+            SymbolicTensorType(None if t.shape is None else
+                               tuple(bounds[d.name] if isinstance(d, Dim) else d for d in t.shape), t.dtype)
             for name, t in signature.items()}
 
 

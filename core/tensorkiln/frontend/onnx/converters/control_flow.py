@@ -43,6 +43,10 @@ def convert_if(node: OnnxNode):
         return tuple(branch.outputs)
     branches = [node.scope.convert(graph, [], where=_where(node, label))
                 for graph, label in ((then_graph, "then_branch"), (else_graph, "else_branch"))]
+    if not all(isinstance(v, Expr) and isinstance(v.checked_type, TensorType) for b in branches for v in b.outputs):
+        # sequences and optionals exist at import only, so the branch must be chosen then: this raises
+        # ValueNotStaticError, on which tk.compile specialises (the condition's value compiled in)
+        node.const(0, "the condition of an If whose branches produce sequences or optionals")
     _check_tensor_outputs(node, branches)
     (then_fn, else_fn), captured = union_functions(branches)
     result = node.call("if", cond, *captured, then_branch=then_fn, else_branch=else_fn)

@@ -10,8 +10,12 @@ type takes a run-time position), and the tensors that
 leave a sequence (SequenceAt, ConcatFromSequence, ...) are ordinary graph values that
 the compiled model computes at run time. A Loop that carries a sequence is unrolled
 (control_flow.py), so a sequence built up by a loop with a static trip count works too.
-A sequence or an optional may not be a graph input or output, nor cross an If whose
-condition only the run decides.
+
+A sequence or optional graph input reaches the importer already flattened: tk.compile specialises
+on its run-time structure (frontend/onnx/structured.py rewrites the model so the value's tensors
+are graph inputs, rebuilt into the sequence by SequenceConstruct). A sequence or optional graph
+output makes from_onnx raise SequenceOutputError, naming each such output's length (None for an
+empty optional); tk.compile then re-imports with the elements as tensor outputs.
 """
 from __future__ import annotations
 
@@ -21,11 +25,11 @@ import numpy as np
 
 from ....graph.expr import Constant, Expr
 from ....ir.dtypes import from_numpy
-from ....ir.errors import FrontendError, ShapeError
+from ....ir.errors import FrontendError, ShapeError, UnsupportedOpError
 from ..node import OnnxNode
 from ._registry import converter
 
-__all__ = ["SequenceValue", "NoneValue", "is_tensor"]
+__all__ = ["SequenceValue", "NoneValue", "SequenceOutputError", "is_tensor"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,34 @@ class NoneValue:
     """An ONNX optional without a value."""
 
     kind: str = "tensor"
+
+
+class SequenceOutputError(UnsupportedOpError):
+    """A graph output is a sequence or an optional, which a graph.Module cannot return.
+
+    `structure` maps every such output's name to its length as imported (None for an optional
+    without a value): a caller re-imports with those elements as tensor outputs and rebuilds the
+    list (structured.py's expose_outputs; tk.compile does this)."""
+
+    def __init__(self, structure: dict[str, int | None]) -> None:
+        listing = ", ".join(f"{name!r} ({'an empty optional' if n is None else f'a sequence of {n}'})"
+                            for name, n in structure.items())
+        super().__init__(f"graph output(s) {listing}: each is a sequence or an optional, and from_onnx returns "
+                         "tensors only; tk.compile and tensorkiln.onnx_backend return them as lists (None for an "
+                         "empty optional)")
+        self.structure = structure
+
+    @staticmethod
+    def of(outputs, values) -> "SequenceOutputError":
+        """The error for graph `outputs` (ValueInfoProtos) given the imported `values` by name."""
+        structure = {}
+        for output in outputs:
+            value = values.get(output.name)
+            if isinstance(value, SequenceValue):
+                structure[output.name] = len(value)
+            elif isinstance(value, NoneValue):
+                structure[output.name] = None
+        return SequenceOutputError(structure)
 
 
 def is_tensor(value) -> bool:
@@ -185,6 +217,45 @@ def convert_concat_from_sequence(node: OnnxNode):
     axis %= rank
     items = [node.call("expand_dims", item, axis=axis) if new_axis else item for item in sequence.items]
     return items[0] if len(items) == 1 else node.call("concatenate", *items, axis=axis)
+
+
+@converter("SequenceMap")
+def convert_sequence_map(node: OnnxNode):
+    """The body applied to each position of the sequence inputs (a tensor input is passed whole to
+    every application), converted once per element: the sequences' lengths are known at import."""
+    body = node.attr("body")
+    if body is None or not hasattr(body, "node"):
+        raise FrontendError(f"ONNX node {node.name!r} (SequenceMap) lacks its subgraph attribute 'body'")
+    _sequence(node, 0)
+    values = [node.required(i) for i in range(len(node.inputs))]
+    if len(body.input) != len(values):
+        raise FrontendError(f"ONNX node {node.name!r} (SequenceMap): the body takes {len(body.input)} inputs, "
+                            f"the node passes {len(values)}")
+    lengths = {len(v) for v in values if isinstance(v, SequenceValue)}
+    if len(lengths) > 1:
+        raise ShapeError(f"ONNX node {node.name!r} (SequenceMap): the input sequences have different lengths "
+                         f"{sorted(lengths)}")
+    results: list[list[Expr]] = [[] for _ in body.output]
+    for position in range(lengths.pop()):
+        scope = node.scope.child()
+        for value_info, value in zip(body.input, values):
+            scope.values[value_info.name] = value.items[position] if isinstance(value, SequenceValue) else value
+        outputs = scope.convert_inline(body, where=f"ONNX node {node.name!r} (SequenceMap) body (element "
+                                                   f"{position})")
+        for items, output in zip(results, outputs):
+            if not isinstance(output, Expr):
+                raise node.unsupported("the body returns a sequence or an optional; its outputs must be tensors")
+            items.append(output)
+    return tuple(SequenceValue(tuple(items), _declared_dtype(node, declared, items))
+                 for items, declared in zip(results, body.output))
+
+
+def _declared_dtype(node: OnnxNode, value_info, items) -> str:
+    """The element dtype of a body output: the elements' (which must agree), else the declared one."""
+    if items:
+        return _element_dtype(node, items)
+    from onnx import helper
+    return str(from_numpy(helper.tensor_dtype_to_np_dtype(value_info.type.tensor_type.elem_type)))
 
 
 @converter("Optional")
