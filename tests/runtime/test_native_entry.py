@@ -212,3 +212,27 @@ def test_large_inputs_are_read_in_place_and_small_ones_copied():
     for variant in (big, strided, read_only):
         _bitwise_equal(lib.run([variant, small]), expected)
     np.testing.assert_array_equal(expected[0], np.maximum(big, 0) * 2)
+
+
+def test_an_exported_package_carries_the_entry_for_the_deploy_runtime(cnn_lib, tmp_path):
+    from tensorkiln.runtime import deploy
+
+    cnn_lib.export(tmp_path / "cnn.tkpkg")
+    model = deploy.load(tmp_path / "cnn.tkpkg")
+    assert model.executor.executor_kind == NATIVE_EXECUTOR
+    native = model.run({"x": X})
+    _bitwise_equal(native, model.executor.run_with({"x": X}, native=False))
+    _bitwise_equal(native, cnn_lib.run({"x": X}))
+
+
+def test_a_library_entry_serves_only_the_spec_it_was_built_for(cnn_lib, tmp_path):
+    from dataclasses import replace
+
+    from tensorkiln.sdk.native import load_native_library
+
+    spec = cnn_lib.executor.native_entry.spec
+    path = tmp_path / "cnn.so"
+    cnn_lib.loaded_module("cpu_llvm").export_library(str(path), plan_entry=spec)
+    library = load_native_library(str(path))
+    assert library.build_plan_entry(spec) is not None
+    assert library.build_plan_entry(replace(spec, arena_bytes=spec.arena_bytes + 64)) is None

@@ -33,6 +33,7 @@ from __future__ import annotations
 import atexit
 import hashlib
 import hmac
+import inspect
 import io
 import json
 import os
@@ -154,9 +155,15 @@ def _linked_library(model, target_text: str) -> bytes | None:
     module = model.loaded_module(target_text)
     if not hasattr(module, "export_library"):
         return None
+    # the plan's native entry goes into the library too when the module can link it (deploy.py runs it)
+    options = {}
+    entry = getattr(model.executor, "native_entry", None)
+    if entry is not None and model.plan.steps[0].target == target_text \
+            and "plan_entry" in inspect.signature(module.export_library).parameters:
+        options["plan_entry"] = entry.spec
     with tempfile.TemporaryDirectory(prefix="tensorkiln-export-") as scratch:
         library = os.path.join(scratch, "module.so")
-        module.export_library(library)
+        module.export_library(library, **options)
         return Path(library).read_bytes()
 
 

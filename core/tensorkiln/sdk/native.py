@@ -348,6 +348,15 @@ class NativeModule(LoadedModule):
                                                        written_params(self.artifact.metadata, name))
         return self._functions[name]
 
+    def build_plan_entry(self, spec):
+        """The whole-plan entry an exported library carries (sdk/plan_entry.py), when it was built for
+        `spec` (same digest); else None."""
+        from .plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, spec_digest
+        address, digest = self._lookup(ENTRY_SYMBOL), self._lookup(SPEC_SYMBOL)
+        if not address or not digest or ctypes.string_at(digest).decode(errors="replace") != spec_digest(spec):
+            return None
+        return PlanEntry(spec, address, self._owner, self.artifact.kernel)
+
     def set_num_threads(self, count: int) -> None:
         """Threads for this module's parallel loops (0 = all cores)."""
         address = self._lookup(NUM_THREADS_SYMBOL)

@@ -20,16 +20,29 @@ Each argument of a step is a `Slot`: an input, a constant or a byte offset into 
 one arena per concurrent run and keeps the constants alive; the entry holds no state, so
 concurrent calls on different arenas are safe. Only numpy, ctypes and the standard library
 are imported here (a deployed package loads without the compiler).
+
+An exported shared library may carry the entry of its model's plan: the function
+`tensorkiln_plan_run` (ENTRY_SYMBOL) and the string `tensorkiln_plan_spec` (SPEC_SYMBOL)
+holding `spec_digest(spec)`; `NativeModule.build_plan_entry` returns it for a spec with the
+same digest, so a deployed package (runtime/deploy.py) runs in one call too.
 """
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 from ..ir.errors import RuntimeLaunchError
 
-__all__ = ["Slot", "PlanEntryStep", "PlanEntrySpec", "PlanEntry", "PLAN_ENTRY_FUNCTION", "encode_step_error"]
+__all__ = ["Slot", "PlanEntryStep", "PlanEntrySpec", "PlanEntry", "PLAN_ENTRY_FUNCTION", "encode_step_error",
+           "ENTRY_SYMBOL", "SPEC_SYMBOL", "spec_digest"]
+
+ENTRY_SYMBOL = "tensorkiln_plan_run"
+"""The entry's symbol in an exported shared library."""
+SPEC_SYMBOL = "tensorkiln_plan_spec"
+"""A NUL-terminated string beside it: the `spec_digest` of the spec it was built for."""
 
 PLAN_ENTRY_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
                                        ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int32)
@@ -72,6 +85,11 @@ class PlanEntrySpec:
     num_constants: int
     arena_bytes: int
     levels: tuple[tuple[int, ...], ...] = ()
+
+
+def spec_digest(spec: "PlanEntrySpec") -> str:
+    """SHA-256 (hex) of everything in `spec`: a library's entry serves only a spec with this digest."""
+    return hashlib.sha256(json.dumps(asdict(spec), sort_keys=True).encode()).hexdigest()
 
 
 class PlanEntry:

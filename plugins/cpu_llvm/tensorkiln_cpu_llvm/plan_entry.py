@@ -24,15 +24,14 @@ import llvmlite.ir as ir
 
 from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk.native import dtype_fields
-from tensorkiln.sdk.plan_entry import PlanEntry, PlanEntrySpec, encode_step_error
+from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, PlanEntrySpec, encode_step_error, spec_digest
 
 from .abi import TKARG_TYPE
 from .cgutils import I8, I32, I64, PTR, declare
-from .host import machine_config, new_target_machine
+from .host import machine_config, new_target_machine, target_machine
 
-__all__ = ["build_plan_entry", "ENTRY_SYMBOL"]
+__all__ = ["build_plan_entry", "entry_object"]
 
-ENTRY_SYMBOL = "tensorkiln_plan_run"
 _TKARG_BYTES = 40
 _PACKED_TYPE = ir.FunctionType(I32, [TKARG_TYPE.as_pointer(), I32])
 
@@ -77,8 +76,9 @@ class _EntryBuilder:
     """Emits the entry: steps in order, and each concurrent level either in order or, when the
     caller's `overlap` allows, on a libgomp team (`GOMP_parallel`, one step per thread in turn)."""
 
-    def __init__(self, spec: PlanEntrySpec, signatures: list, addresses: list[int]) -> None:
-        self.spec, self.signatures, self.addresses = spec, signatures, addresses
+    def __init__(self, spec: PlanEntrySpec, signatures: list, callees: list[int | str]) -> None:
+        """`callees`: each step's packed function, by address in this process or by symbol (for linking)."""
+        self.spec, self.signatures, self.callees = spec, signatures, callees
         self.module = ir.Module(name="tensorkiln_plan")
         self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
         self.templates: dict[int, ir.GlobalVariable] = {}
@@ -93,7 +93,11 @@ class _EntryBuilder:
                                    I64(_TKARG_BYTES * len(step.args)), ir.IntType(1)(0)])
         for position, slot in enumerate(step.args):
             builder.store(tables.data(builder, slot), builder.gep(args, [I64(position), I32(0)], inbounds=True))
-        kernel = builder.inttoptr(I64(self.addresses[index]), _PACKED_TYPE.as_pointer(), name=f"kernel.{index}")
+        callee = self.callees[index]
+        if isinstance(callee, str):
+            kernel = declare(self.module, callee, I32, [TKARG_TYPE.as_pointer(), I32])
+        else:
+            kernel = builder.inttoptr(I64(callee), _PACKED_TYPE.as_pointer(), name=f"kernel.{index}")
         return builder.call(kernel, [args, I32(len(step.args))])
 
     def _args(self, builder: ir.IRBuilder, steps) -> ir.Value:
@@ -160,26 +164,50 @@ class _EntryBuilder:
         return str(self.module)
 
 
-def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
-    """Compile the entry of `spec` against the kernels of `loaded` (a JITModule) and return it."""
-    artifact = loaded.artifact
-    signatures, addresses = [], []
-    for step in spec.steps:
-        signatures.append(artifact.kernel(step.kernel))
-        symbol = artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel)
-        address = loaded.engine.get_function_address(symbol)
-        if not address:
-            raise CompileError(f"cpu_llvm plan entry: kernel {step.kernel!r} (symbol {symbol!r}) is not in the "
-                               "loaded module")
-        addresses.append(address)
-    text = _EntryBuilder(spec, signatures, addresses).emit()
+def _kernels(artifact, spec: PlanEntrySpec) -> tuple[list, list[str]]:
+    """Each step's signature and packed function symbol."""
+    signatures = [artifact.kernel(step.kernel) for step in spec.steps]
+    symbols = [artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel) for step in spec.steps]
+    return signatures, symbols
+
+
+def _parse(text: str) -> llvm.ModuleRef:
     try:
         parsed = llvm.parse_assembly(text)
         parsed.verify()
     except RuntimeError as error:
         raise CompileError(f"cpu_llvm plan entry: LLVM rejected the entry: {error}") from None
-    config = machine_config(loaded.target)
-    engine = llvm.create_mcjit_compiler(parsed, new_target_machine(config))
+    return parsed
+
+
+def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
+    """Compile the entry of `spec` against the kernels of `loaded` (a JITModule) and return it."""
+    signatures, symbols = _kernels(loaded.artifact, spec)
+    addresses = []
+    for step, symbol in zip(spec.steps, symbols):
+        address = loaded.engine.get_function_address(symbol)
+        if not address:
+            raise CompileError(f"cpu_llvm plan entry: kernel {step.kernel!r} (symbol {symbol!r}) is not in the "
+                               "loaded module")
+        addresses.append(address)
+    parsed = _parse(_EntryBuilder(spec, signatures, addresses).emit())
+    engine = llvm.create_mcjit_compiler(parsed, new_target_machine(machine_config(loaded.target)))
     engine.finalize_object()
-    address = engine.get_function_address(ENTRY_SYMBOL)
-    return PlanEntry(spec, address, (engine, loaded), artifact.kernel)
+    return PlanEntry(spec, engine.get_function_address(ENTRY_SYMBOL), (engine, loaded), loaded.artifact.kernel)
+
+
+def entry_object(artifact, spec: PlanEntrySpec, target) -> bytes:
+    """Object code of the entry of `spec` calling the kernels by symbol, with `tensorkiln_plan_spec` =
+    `spec_digest(spec)`: linked beside the kernels into an exported library (runtime.JITModule)."""
+    signatures, symbols = _kernels(artifact, spec)
+    builder = _EntryBuilder(spec, signatures, symbols)
+    builder.emit()
+    module = builder.module
+    digest = bytearray(spec_digest(spec).encode() + b"\0")
+    variable = ir.GlobalVariable(module, ir.ArrayType(I8, len(digest)), SPEC_SYMBOL)
+    variable.initializer = ir.Constant(variable.type.pointee, digest)
+    variable.global_constant = True
+    config = machine_config(target)
+    module.triple = config.triple
+    parsed = _parse(str(module))
+    return bytes(target_machine(config).emit_object(parsed))

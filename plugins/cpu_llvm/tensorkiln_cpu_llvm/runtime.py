@@ -87,8 +87,8 @@ def _load_extern_library(path: str) -> None:
         raise CompileError(f"cpu_llvm: cannot load intrinsic library {path!r}: {error}") from None
 
 
-def link_shared_library(object_code: bytes, path: str, libraries=()) -> None:
-    """Link `object_code` into the shared library `path` with `cc -shared`."""
+def link_shared_library(object_code: bytes, path: str, libraries=(), extra_objects=()) -> None:
+    """Link `object_code` (and `extra_objects`, more object code) into the shared library `path` with `cc -shared`."""
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if compiler is None:
         raise CompileError("export_library needs a C compiler driver (cc, gcc or clang) on PATH to link "
@@ -97,10 +97,15 @@ def link_shared_library(object_code: bytes, path: str, libraries=()) -> None:
         object_path = os.path.join(scratch, "module.o")
         with open(object_path, "wb") as handle:
             handle.write(object_code)
+        objects = [object_path]
+        for number, extra in enumerate(extra_objects):
+            objects.append(os.path.join(scratch, f"extra{number}.o"))
+            with open(objects[-1], "wb") as handle:
+                handle.write(extra)
         extern = []
         for library in libraries:
             extern += [library, f"-Wl,-rpath,{os.path.dirname(os.path.abspath(library))}"]
-        command = [compiler, "-shared", "-o", os.fspath(path), object_path, *extern,
+        command = [compiler, "-shared", "-o", os.fspath(path), *objects, *extern,
                    *(f"-l{name}" for name in RUNTIME_LIBRARIES)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
@@ -132,9 +137,16 @@ class JITModule(NativeModule):
         from .plan_entry import build_plan_entry
         return build_plan_entry(self, spec)
 
-    def export_library(self, path: str) -> None:
-        """Write a shared library that `tensorkiln.runtime.load_module(path)` loads without llvmlite."""
-        link_shared_library(self.artifact.binary, path, self.artifact.metadata.get("libraries", ()))
+    def export_library(self, path: str, plan_entry=None) -> None:
+        """Write a shared library that `tensorkiln.runtime.load_module(path)` loads without llvmlite.
+
+        `plan_entry` (a PlanEntrySpec): also link the whole-plan entry of a model's plan (plan_entry.py),
+        which the library's NativeModule then offers to the graph executor."""
+        extra = ()
+        if plan_entry is not None and self.target is not None:
+            from .plan_entry import entry_object
+            extra = (entry_object(self.artifact, plan_entry, self.target),)
+        link_shared_library(self.artifact.binary, path, self.artifact.metadata.get("libraries", ()), extra)
 
 
 class LLVMLoader(RuntimeLoader):
