@@ -92,8 +92,8 @@ def _quantize_linear(node: OnnxNode) -> Expr:
 
 def _quantize_narrow(node: OnnxNode, fmt, data: Expr, scale: Expr, zero_point: Expr | None) -> Expr:
     """QuantizeLinear to int4/uint4/int2/uint2 (quantized in the carrier, then saturated to the format's
-    range) or to a float format (x / scale + zero point, rounded to nearest even; saturate as the attribute
-    says, as onnx's reference does), as the format's carrier."""
+    range) or to a float format (x / scale, rounded to nearest even; saturate as the attribute says, as
+    onnx's reference does), as the format's carrier."""
     axis = _axis(node, scale, data)
     scale, zero_point = _blocks(node, data, scale, zero_point)
     if not fmt.is_float:
@@ -101,7 +101,9 @@ def _quantize_narrow(node: OnnxNode, fmt, data: Expr, scale: Expr, zero_point: E
         value = quantize(data, scale, zero_point, fmt.carrier, axis, call=node.call)
         return node.call("minimum", node.call("maximum", value, scalar(low, fmt.carrier)), scalar(high, fmt.carrier))
     value = node.call("divide", data, _along(scale, axis, data.ndim, node.call))
-    if zero_point is not None:   # onnx requires 0 for float8; float4's is added as onnx's reference does
+    # onnx requires a zero zero point for float8 and its reference leaves it out (-0.0 + 0.0 would be +0.0);
+    # float4's is added, as the reference does
+    if zero_point is not None and fmt.name == "float4_e2m1fn":
         zero = node.call("cast", narrow.decode(node, zero_point, fmt), dtype=value.dtype)
         value = node.call("add", value, _along(zero, axis, data.ndim, node.call))
     return narrow.encode(node, value, fmt, saturate=bool(node.attr("saturate", 1)))

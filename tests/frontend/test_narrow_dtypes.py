@@ -1,0 +1,213 @@
+"""float8 / float4 / int4 / int2 through the ONNX frontend on cpu_llvm, against onnx's ReferenceEvaluator and onnxruntime.
+
+The formats travel as carriers (ir/narrow_dtypes.py); tensorkiln.onnx_backend converts the ml_dtypes arrays
+at the model's boundary, so these tests hand over and get back what onnx's reference does, bit for bit.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+from onnx.reference import ReferenceEvaluator
+
+import tensorkiln.onnx_backend as backend
+from tensorkiln.ir.errors import DTypeError
+from tensorkiln.ir.narrow_dtypes import NARROW_FORMATS, from_carrier, to_carrier
+
+FLOAT8 = {"float8_e4m3fn": TensorProto.FLOAT8E4M3FN, "float8_e4m3fnuz": TensorProto.FLOAT8E4M3FNUZ,
+          "float8_e5m2": TensorProto.FLOAT8E5M2, "float8_e5m2fnuz": TensorProto.FLOAT8E5M2FNUZ}
+FLOATS = {**FLOAT8, "float4_e2m1fn": TensorProto.FLOAT4E2M1}
+INTS = {"int4": TensorProto.INT4, "uint4": TensorProto.UINT4, "int2": TensorProto.INT2, "uint2": TensorProto.UINT2}
+
+
+def _model(nodes, inputs, outputs, opset=25):
+    graph = helper.make_graph(nodes, "narrow", inputs, outputs)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array).view(np.uint8) if array.dtype.itemsize == 1 else array
+
+
+def _assert_same(actual, expected, what=""):
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    assert actual.dtype == expected.dtype, what
+    np.testing.assert_array_equal(_bits(actual), _bits(expected), err_msg=what)
+
+
+def _edge_values(dtype) -> np.ndarray:
+    """Every midpoint between neighbouring values of every float format (ties), just above and below them,
+    subnormals, overflow thresholds, signed zeros, infinities, NaNs and random values."""
+    points = [0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 1e6, -1e6, 1e-7, -1e-7, 1e-30]
+    for name in FLOATS:
+        values = np.arange(256 if "float8" in name else 16, dtype=np.uint8).view(getattr(ml_dtypes, name))
+        finite = np.unique(np.abs(values.astype(np.float64)[np.isfinite(values.astype(np.float64))]))
+        mids = (finite[:-1] + finite[1:]) / 2
+        points += [*finite, *mids, *(mids * (1 + 2 ** -12)), *(mids * (1 - 2 ** -12)), finite[-1] * 1.0625,
+                   finite[-1] * 1.125]
+    rng = np.random.default_rng(0)
+    points += list(rng.standard_normal(64) * 10)
+    values = np.array(points, dtype=np.float64)
+    values = np.concatenate([values, -values])
+    with np.errstate(over="ignore"):
+        return values.astype(dtype)
+
+
+@pytest.mark.parametrize("source", [TensorProto.FLOAT, TensorProto.FLOAT16])
+def test_cast_to_every_float_format_matches_onnx_reference(source):
+    """One model: Cast to each float8/float4 format, saturate on and off (e8m0: each round mode)."""
+    np_source = helper.tensor_dtype_to_np_dtype(source)
+    x = _edge_values(np_source)
+    x_shape = x.shape
+    nodes, outputs = [], []
+    for name, to in FLOATS.items():
+        for saturate in (1, 0):
+            out = f"{name}_sat{saturate}"
+            nodes.append(helper.make_node("Cast", ["x"], [out], to=to, saturate=saturate))
+            outputs.append(helper.make_tensor_value_info(out, to, x_shape))
+    for mode in ("up", "down", "nearest"):
+        for saturate in (1, 0):
+            out = f"e8m0_{mode}_sat{saturate}"
+            nodes.append(helper.make_node("Cast", ["x"], [out], to=TensorProto.FLOAT8E8M0, saturate=saturate,
+                                          round_mode=mode))
+            outputs.append(helper.make_tensor_value_info(out, TensorProto.FLOAT8E8M0, x_shape))
+    model = _model(nodes, [helper.make_tensor_value_info("x", source, x.shape)], outputs)
+    expected = ReferenceEvaluator(model).run(None, {"x": x})
+    actual = backend.prepare(model).run([x])
+    for info, got, want in zip(outputs, actual, expected):
+        _assert_same(got, want, info.name)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")   # e8m0 -> float16: inf
+def test_cast_from_every_float_format_decodes_each_bit_pattern():
+    nodes, inputs, outputs, feeds = [], [], [], {}
+    for name, elem in {**FLOATS, "float8_e8m0fnu": TensorProto.FLOAT8E8M0}.items():
+        bits = np.arange(256 if "float8" in name else 16, dtype=np.uint8)
+        feeds[name] = bits.view(getattr(ml_dtypes, name))
+        inputs.append(helper.make_tensor_value_info(name, elem, bits.shape))
+        for to in (TensorProto.FLOAT, TensorProto.FLOAT16):
+            nodes.append(helper.make_node("Cast", [name], [f"{name}_{to}"], to=to))
+            outputs.append(helper.make_tensor_value_info(f"{name}_{to}", to, bits.shape))
+    model = _model(nodes, inputs, outputs)
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    actual = backend.prepare(model).run(feeds)
+    for info, got, want in zip(outputs, actual, expected):
+        np.testing.assert_array_equal(got, want, err_msg=info.name)
+
+
+def test_cast_to_and_from_int4_int2_matches_onnx_reference():
+    """From floats: truncation toward zero, out of range -> 0; from integers: two's complement wrap-around."""
+    x = np.array([-20.5, -9, -8.5, -8, -7.5, -2.5, -1, -0.5, -0.0, 0.5, 1.5, 2.5, 3, 3.9, 7, 7.9, 8, 15.5, 16, 300,
+                  np.nan, np.inf, -np.inf], np.float32)
+    n = np.arange(-40, 40, dtype=np.int32)
+    nodes, outputs = [], []
+    for name, to in INTS.items():
+        for source in ("x", "n"):
+            size = (x if source == "x" else n).shape
+            nodes.append(helper.make_node("Cast", [source], [f"{source}_{name}"], to=to))
+            outputs.append(helper.make_tensor_value_info(f"{source}_{name}", to, size))
+            nodes.append(helper.make_node("Cast", [f"{source}_{name}"], [f"{source}_{name}_back"], to=TensorProto.FLOAT))
+            outputs.append(helper.make_tensor_value_info(f"{source}_{name}_back", TensorProto.FLOAT, size))
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+                           helper.make_tensor_value_info("n", TensorProto.INT32, n.shape)], outputs)
+    feeds = {"x": x, "n": n}
+    with np.errstate(invalid="ignore"):
+        expected = ReferenceEvaluator(model).run(None, feeds)
+    actual = backend.prepare(model).run(feeds)
+    for info, got, want in zip(outputs, actual, expected):
+        _assert_same(got, want, info.name)
+
+
+def test_castlike_and_reshape_keep_the_format():
+    """CastLike takes the format of its second input; Reshape of a float8 value moves its bits unchanged."""
+    x = np.linspace(-500, 500, 24, dtype=np.float32)
+    like = np.zeros((0,), ml_dtypes.float8_e5m2)
+    nodes = [helper.make_node("CastLike", ["x", "like"], ["y"]),
+             helper.make_node("Reshape", ["y", "shape"], ["z"])]
+    shape = helper.make_tensor("shape", TensorProto.INT64, (2,), [4, 6])
+    graph = helper.make_graph(nodes, "castlike", [helper.make_tensor_value_info("x", TensorProto.FLOAT, (24,)),
+                                                  helper.make_tensor_value_info("like", TensorProto.FLOAT8E5M2, (0,))],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT8E5M2, (4, 6))], [shape])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    (expected,) = ReferenceEvaluator(model).run(None, {"x": x, "like": like})
+    (actual,) = backend.prepare(model).run([x, like])
+    _assert_same(actual, expected)
+
+
+def _qdq_model(elem, shape, axis=1, saturate=1, scale_shape=(3,)):
+    zero = helper.make_tensor("zero", elem, scale_shape, [0] * int(np.prod(scale_shape)))
+    nodes = [helper.make_node("QuantizeLinear", ["x", "scale", "zero"], ["q"], axis=axis, saturate=saturate),
+             helper.make_node("DequantizeLinear", ["q", "scale", "zero"], ["y"], axis=axis)]
+    graph = helper.make_graph(nodes, "qdq", [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape),
+                                             helper.make_tensor_value_info("scale", TensorProto.FLOAT, scale_shape)],
+                              [helper.make_tensor_value_info("q", elem, shape),
+                               helper.make_tensor_value_info("y", TensorProto.FLOAT, shape)], [zero])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+
+
+@pytest.mark.parametrize("elem", [TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT8E4M3FN,
+                                  TensorProto.FLOAT8E5M2])
+def test_quantize_dequantize_per_axis_matches_onnx_reference_and_onnxruntime(elem):
+    ort = pytest.importorskip("onnxruntime")
+    rng = np.random.default_rng(1)
+    x = (rng.standard_normal((2, 3, 5)) * 40).astype(np.float32)
+    x[0, 0, :3] = [1e6, -1e6, 0.0]
+    scale = np.array([0.5, 3.0, 0.01], np.float32)
+    model = _qdq_model(elem, x.shape)
+    feeds = {"x": x, "scale": scale}
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    actual = backend.prepare(model).run(feeds)
+    for got, want in zip(actual, expected):
+        _assert_same(got, want)
+    # onnxruntime's Python API cannot hand back int4 arrays: compare the dequantized output
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    _assert_same(actual[1], session.run(["y"], feeds)[0])
+
+
+def test_quantize_to_float8_without_saturation_overflows_as_onnx_reference():
+    x = np.array([[1.0, 500.0, -1e6], [np.inf, np.nan, 0.25], [0.0, -0.0, 460.0]], np.float32).T.copy()
+    model = _qdq_model(TensorProto.FLOAT8E4M3FN, x.shape, saturate=0)
+    feeds = {"x": x, "scale": np.ones(3, np.float32)}
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    actual = backend.prepare(model).run(feeds)
+    for got, want in zip(actual, expected):
+        _assert_same(got, want)
+
+
+def test_carrier_round_trip_and_errors():
+    for name, fmt in NARROW_FORMATS.items():
+        values = np.arange(1 << fmt.bits, dtype=np.uint8).view(fmt.numpy_dtype) if fmt.is_float else \
+            np.arange(*fmt.int_range).astype(fmt.numpy_dtype)
+        carrier = to_carrier(values)
+        assert carrier.dtype == np.dtype(fmt.carrier), name
+        _assert_same(from_carrier(carrier, name), values, name)
+    plain = np.ones(3, np.float32)
+    assert to_carrier(plain) is plain
+    with pytest.raises(DTypeError, match=r"a float8_e4m3fn value travels as uint8, got an array of float32"):
+        from_carrier(plain, "float8_e4m3fn")
+    with pytest.raises(DTypeError, match=r"unknown narrow format 'float7'"):
+        from_carrier(plain, "float7")
+
+
+def test_cast_to_a_format_tensorkiln_lacks_names_it():
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT6E2M3)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, (3,))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT6E2M3, (3,))])
+    with pytest.raises(DTypeError, match=r"ONNX element type 27"):
+        backend.prepare(model)
+
+
+def test_narrow_initializer_is_read_as_its_carrier():
+    """A float8 weight (an initializer) dequantized in the graph."""
+    weight = np.array([0.5, -3.0, 448.0, 0.001953125], ml_dtypes.float8_e4m3fn)
+    tensor = onnx.numpy_helper.from_array(weight, "w")
+    nodes = [helper.make_node("DequantizeLinear", ["w", "scale"], ["y"])]
+    graph = helper.make_graph(nodes, "w", [helper.make_tensor_value_info("scale", TensorProto.FLOAT, ())],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4,))], [tensor])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
+    scale = np.array(2.0, np.float32)
+    (expected,) = ReferenceEvaluator(model).run(None, {"scale": scale})
+    (actual,) = backend.prepare(model).run([scale])
+    np.testing.assert_array_equal(actual, expected)
