@@ -55,6 +55,8 @@ M_AXI_ADAPTER = {"LUT": 1200, "FF": 1600, "BRAM_18K": 2}
 """Per m_axi port: the read/write burst adapter Vitis instantiates (with its FIFOs)."""
 LOOP_CONTROL = {"LUT": 30, "FF": 40}
 BRAM_BITS = 18 * 1024
+REGISTER_BITS = 1024
+"""Local arrays of at most this many bits are registers (FF), not BRAM."""
 
 
 @dataclass
@@ -223,7 +225,7 @@ class _Estimator:
             size *= _const(extent) or 1
         bits = size * dtype_of(buffer.dtype).bits
         cost = Cost()
-        if buffer.name in self.partitioned or bits <= 1024:
+        if buffer.name in self.partitioned or bits <= REGISTER_BITS:
             cost.FF += bits
         else:
             cost.BRAM_18K += math.ceil(bits / BRAM_BITS)
@@ -250,10 +252,14 @@ def recurrence_bound(loop: tir.For, depth: int) -> int:
     from tensorkiln.tir.visit import collect_vars
 
     carried = False
+    # an array allocated inside the body is fresh each iteration (an accumulator register): not carried
+    fresh: set[str] = set()
+    count_nodes(loop.body, lambda x: fresh.add(x.buffer.name) if isinstance(x, tir.Allocate) else False)
 
     def visit(node) -> bool:
         nonlocal carried
-        if isinstance(node, tir.Store) and not any(v is loop.loop_var for v in collect_vars(node.index)):
+        if isinstance(node, tir.Store) and node.buffer.name not in fresh and \
+                not any(v is loop.loop_var for v in collect_vars(node.index)):
             index = str(node.index)
             carried = carried or count_nodes(node.value, lambda x: isinstance(x, tir.Load) and
                                              x.buffer.name == node.buffer.name and str(x.index) == index) > 0
@@ -268,10 +274,14 @@ def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> 
     reads: dict[str, int] = {}
     writes: dict[str, int] = {}
 
+    registers: set[str] = set()   # small local arrays are registers (as `array` costs them): no ports
+
     def count(node, times: int) -> None:
         if isinstance(node, tir.For):
             count(node.body, times * (_const(node.extent) or 1))
             return
+        if isinstance(node, (tir.Load, tir.Store)) and node.buffer.name not in params and _is_register(node.buffer):
+            registers.add(node.buffer.name)
         if isinstance(node, tir.Load):
             reads[node.buffer.name] = reads.get(node.buffer.name, 0) + times
         elif isinstance(node, tir.Store):
@@ -281,13 +291,24 @@ def min_ii_for_ports(loop: tir.For, params: set[str], partitioned: set[str]) -> 
     count(loop.body, 1)
     bound = 1
     for name in set(reads) | set(writes):
-        if name in partitioned:
+        if name in partitioned or name in registers:
             continue
         if name in params:   # m_axi: one read channel and one write channel
             bound = max(bound, reads.get(name, 0), writes.get(name, 0))
         else:                # BRAM: two ports shared by reads and writes
             bound = max(bound, math.ceil((reads.get(name, 0) + writes.get(name, 0)) / 2))
     return bound
+
+
+def _is_register(buffer: tir.Buffer) -> bool:
+    """Whether a local array is small enough to be registers (FF), not a BRAM."""
+    size = 1
+    for extent in buffer.shape:
+        value = _const(extent)
+        if value is None:
+            return False
+        size *= value
+    return size * dtype_of(buffer.dtype).bits <= REGISTER_BITS
 
 
 def count_nodes(root, predicate) -> int:

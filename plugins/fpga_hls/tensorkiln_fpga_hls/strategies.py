@@ -11,6 +11,12 @@ epilogue is computed in the anchor's loop body, as an HLS design would chain it)
   one output row's receptive field, copied into a local array at the output-row loop.
 - a reduction with an epilogue (conv + bias + relu) runs as a dataflow of two processes, the
   reduction streaming each finished output to the epilogue (`stream_epilogue`).
+- an NHWC max / avg pool is a line-buffer kernel (`line_buffer`): the kernel-height input rows of
+  one output row (padding included) are copied into a local line buffer at the output-row loop,
+  each output accumulates in a register with the whole window unrolled, so the loop over output
+  channels is pipelined with II=1 (the line buffer is completely partitioned into registers when
+  it holds at most LINE_BUFFER_REGISTERS elements, else it sits in BRAM and the II is what its
+  two ports allow); an average streams each window sum through a FIFO to the division process.
 These are tuning knobs, so the tuner can search them with the estimator (estimate.py) as
 the cost (the C-simulation device's time_function returns the estimated FPGA time).
 """
@@ -48,6 +54,49 @@ def _line_buffer(s: te.Schedule) -> None:
         s[rows].compute_at(stage, stage.op.axis[1])
 
 
+LINE_BUFFER_FILL = "tk_line_buffer_fill"
+"""Loop annotation of a line buffer's fill loop: pipelined at II=1 by construction (one m_axi read,
+one local write per iteration), so the II search over the compute loops leaves it out."""
+LINE_BUFFER_REGISTERS = 4096
+"""Largest line buffer partitioned completely (one register per element, FF in the estimate)."""
+
+
+def _nhwc_pool(stage) -> bool:
+    return (stage.op.tag == tags.POOL and len(stage.op.axis) == 4
+            and (getattr(stage.op, "attrs", None) or {}).get("layout") == "NHWC")
+
+
+def _window_rows(s: te.Schedule, reader, anchor) -> None:
+    """The line buffer of `reader` (an NHWC conv or pool, or its accumulator): the input rows one
+    output row of `anchor` needs, copied at `anchor`'s output-row loop; a pool's is partitioned so
+    its unrolled window is read in one cycle."""
+    rows = s.cache_read(reader.op.input_tensors[0], "local", [reader])
+    s[rows].compute_at(anchor, anchor.op.axis[1])
+    if len(rows.op.axis) == 4:   # the fill: one element per cycle, columns x channels of each row
+        fill = s[rows].fuse(rows.op.axis[2], rows.op.axis[3])
+        s[rows].pipeline(fill, 1)
+        s[rows].pragma(fill, LINE_BUFFER_FILL, 1)
+    if _nhwc_pool(anchor):
+        size = 1
+        for extent in rows.shape:
+            size *= int(getattr(extent, "value", extent)) if isinstance(getattr(extent, "value", extent), int) else 0
+        if 0 < size <= LINE_BUFFER_REGISTERS:
+            s[rows].partition("complete")
+
+
+def _pool_line_buffer(s: te.Schedule) -> None:
+    """A lone NHWC max pool (no epilogue to stream to): each output accumulates in a register
+    (cache_write at the channel loop, the window unrolled inside it) over a line buffer."""
+    for stage in list(s.stages):
+        if not _nhwc_pool(stage) or stage.attach_type != "root":
+            continue
+        if not all(isinstance(_extent(iv), int) for iv in stage.op.axis):
+            continue
+        accumulator = s.cache_write(stage.op.output(0), "local")
+        s[accumulator].compute_at(stage, stage.op.axis[-1])
+        _window_rows(s, s[accumulator], stage)
+
+
 def _stream_epilogue(s: te.Schedule) -> bool:
     """A reduction followed by its epilogue (conv -> relu) becomes two dataflow processes joined by a
     FIFO: the reduction accumulates each output in a register (cache_write, computed at the
@@ -63,9 +112,8 @@ def _stream_epilogue(s: te.Schedule) -> bool:
     s[accumulator].compute_at(anchor, anchor.op.axis[-1])
     anchor.stream(2)
     s.dataflow()
-    if anchor.op.tag == tags.CONV2D_NHWC:   # the line buffer then belongs to the output-row loop
-        rows = s.cache_read(s[accumulator].op.input_tensors[0], "local", [s[accumulator]])
-        s[rows].compute_at(anchor, anchor.op.axis[1])
+    if anchor.op.tag == tags.CONV2D_NHWC or _nhwc_pool(anchor):   # the line buffer: at the output-row loop
+        _window_rows(s, s[accumulator], anchor)
     return True
 
 
@@ -110,6 +158,7 @@ def _pipelined(outputs, target, config, iis=None) -> tuple[te.Schedule, list[int
     streamed = bool(config.get("stream_epilogue", 1)) and _stream_epilogue(s)
     if config.get("line_buffer", 1) and not streamed:
         _line_buffer(s)
+        _pool_line_buffer(s)
     reuse, unroll = int(config.get("reuse_factor", 1)), int(config.get("unroll", 1))
     requested = []
     for stage in s.stages:
@@ -162,11 +211,12 @@ def _port_bounds(func) -> list[int]:
 
     from .estimate import min_ii_for_ports
     params = {p.name for p in func.params if isinstance(p, tir.Buffer)}
+    partitioned = {name for name, kind, _ in (func.attr("array_partition") or ()) if kind == "complete"}
     loops: list = []
     post_order_visit(func.body, lambda x: loops.append(x) if isinstance(x, tir.For)
-                     and "pipeline" in dict(x.annotations) else None)
+                     and "pipeline" in dict(x.annotations) and LINE_BUFFER_FILL not in dict(x.annotations) else None)
     # post-order lists inner loops first; pipelined loops do not nest, so this is lowering order
-    return [min_ii_for_ports(loop, params, set()) for loop in loops]
+    return [min_ii_for_ports(loop, params, partitioned) for loop in loops]
 
 
 def fpga_strategies(target) -> list[OpImplementation]:
