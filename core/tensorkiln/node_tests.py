@@ -137,7 +137,7 @@ def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResu
     if not all(isinstance(v, np.ndarray) for v in case.inputs.values()):
         retry = False   # a sequence (list) or optional (None) input has no shape to bind: import as declared
     try:
-        module, inputs = _import(case, from_onnx) if retry else (from_onnx(case.model), case.inputs)
+        module, inputs = _import(case, from_onnx) if retry else (from_onnx(case.model, shape=None), case.inputs)
         outputs = run_fn(module, inputs)
     except (UnsupportedOpError, DTypeError) as error:
         return result("unsupported", f"{type(error).__name__}: {_first_line(error)}")
