@@ -66,7 +66,7 @@ def _first_difference(a, b):
             stack.append((x.body, y.body))
             stack.extend(zip(x.params, y.params))
             continue
-        if dataclasses.is_dataclass(x) and isinstance(x, (n.PrimExpr, n.Stmt)):
+        if dataclasses.is_dataclass(x) and isinstance(x, (n.PrimExpr, n.Stmt, n.CommCombiner)):
             if getattr(x, "dtype", None) != getattr(y, "dtype", None):
                 return (x, y)
             for f in dataclasses.fields(x):
