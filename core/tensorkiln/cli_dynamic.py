@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .graph.sequence_types import is_structured_type
 from .graph.types import Dim
 from .ir.dtypes import to_numpy
 
@@ -20,6 +21,9 @@ __all__ = ["export_specializations"]
 
 def export_specializations(lib, model_path: str, output: str | None, specialize: list[str] | None, console) -> int:
     console.print("dynamic model: " + ", ".join(f"{name}: {t}" for name, t in lib.signature.items()))
+    if any(is_structured_type(t) for t in lib.signature.values()):
+        raise SystemExit("error: this model takes a sequence or an optional, which a package cannot hold (it "
+                         "compiles per sequence length at run time); run it with tensorkiln.compile(model) in Python")
     if lib.value_inputs:
         raise SystemExit(f"error: parameters of this model are computed from the values of inputs "
                          f"{list(lib.value_inputs)}; it has no ahead-of-time package. Run it with "

@@ -254,3 +254,14 @@ def test_from_onnx_names_the_sequence_output_and_its_length():
     with pytest.raises(SequenceOutputError, match=r"graph output\(s\) 's' \(a sequence of 3\)") as error:
         from_onnx(m)
     assert error.value.structure == {"s": 3}
+
+
+def test_the_compile_command_refuses_to_package_a_sequence_input(tmp_path):
+    import onnx
+
+    from tensorkiln.cli import main
+    m = _model([h.make_node("SequenceLength", ["seq"], ["n"])], [_sequence("seq", [2])],
+               [h.make_tensor_value_info("n", T.INT64, [])])
+    onnx.save(m, tmp_path / "seq.onnx")
+    with pytest.raises(SystemExit, match="takes a sequence or an optional, which a package cannot hold"):
+        main(["compile", str(tmp_path / "seq.onnx")])
