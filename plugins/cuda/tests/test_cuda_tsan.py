@@ -8,6 +8,7 @@ race-free, and the same kernel with its barrier taken out is reported as a data 
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 
 import pytest
@@ -56,3 +57,32 @@ def test_tsan_passes_the_emitted_kernel_and_catches_it_without_its_barrier(emitt
     races = _race_reports(report)
     assert races and all(block.startswith(" data race") for block in races), report[-2000:]
     assert all("unsynced" in block and "neighbours" not in block for block in races), report[-3000:]
+
+
+def _row_sum(rows: int = 2, length: int = 200, threads: int = 64):
+    """B[i] = sum_k A[i, k] with k split by `threads` and the inner part bound to threadIdx.x."""
+    A = te.placeholder((rows, length), name="A")
+    k = te.reduce_axis((0, length), name="k")
+    B = te.compute((rows,), lambda i: te.sum(A[i, k], axis=k), name="B")
+    s = te.create_schedule(B.op)
+    _, ki = s[B].split(k, factor=threads)
+    s[B].bind(B.op.axis[0], te.thread_axis("blockIdx.x"))
+    s[B].bind(ki, te.thread_axis("threadIdx.x"))
+    return te.lower(s, [A, B], name="row_sum")
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="the TSan check needs g++ with libtsan")
+def test_tsan_passes_cross_thread_reductions_and_catches_the_tree_without_its_barriers(emitter):
+    """The shared-memory tree (as OpenCL gets it) and the warp-shuffle form (cuda's own) are race-free;
+    the tree with its barriers taken out races on its shared buffer."""
+    from tensorkiln.tir.passes import lower_thread_allreduce
+    func = _row_sum()
+    tree = dataclasses.replace(lower_thread_allreduce(func), name="tree")
+    artifact = emitter.emit([func, tree, _without_barriers(tree, "unsynced")], tk.target("cuda -device=cpu_shim"))
+    assert "__shfl_down_sync" in artifact.source and artifact.source.count("__syncthreads();") >= 2 + 8
+    report = tsan_report(artifact, emitter)
+    assert "tk_tsan_done" in report, report[-2000:]
+    races = _race_reports(report)
+    assert races and all(block.startswith(" data race") for block in races), report[-2000:]
+    assert all("unsynced" in block and not re.search(r"#\d+ (tree|row_sum)\b", block) for block in races), \
+        report[-3000:]
