@@ -106,6 +106,8 @@ def _stream_epilogue(s: te.Schedule) -> bool:
     if len(roots) != 2 or not isinstance(roots[0].op.body, te.Reduce) or roots[0].is_output:
         return False
     anchor = roots[0]
+    if not anchor.op.axis:   # a reduction to a scalar (mean over every axis): one value, nothing to stream
+        return False
     if not all(isinstance(_extent(iv), int) for iv in anchor.op.axis) or not _reads_in_order(roots[1], anchor):
         return False
     accumulator = s.cache_write(anchor.op.output(0), "local")
@@ -121,6 +123,8 @@ def _reads_in_order(consumer, producer) -> bool:
     """Whether `consumer` reads `producer` once per element, at its own loop indices, in its order:
     what a FIFO between them allows (a transpose or `x * sigmoid(x)` epilogue does not)."""
     from .estimate import count_nodes
+    if getattr(consumer.op, "reduce_axis", ()):   # argmax's index pass reads the max once per tap
+        return False
     reads = []
 
     def producer_read(node) -> bool:

@@ -130,3 +130,18 @@ def test_lrn_keeps_its_array_when_lowering_reads_the_sum_twice():
     x = np.random.default_rng(0).standard_normal((1, 16, 6, 6)).astype(np.float32)
     expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_allclose(lib(x), expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, reference", [
+    ("argmax", lambda x: np.argmax(x, axis=0)[None]), ("argmin", lambda x: np.argmin(x, axis=0)[None]),
+    ("mean", lambda x: np.mean(x)),
+], ids=["argmax", "argmin", "mean-all-axes"])
+def test_reductions_the_epilogue_cannot_stream(op, reference):
+    """argmax's index pass reads the max once per tap (no FIFO); a mean to a scalar has no loop to stream in."""
+    from tensorkiln.graph import Module
+    from tensorkiln.graph.builder import call, var
+    x = var("x", (3, 4, 5), "float32")
+    attrs = {"axis": 0, "keepdims": True} if op != "mean" else {}
+    lib = tk.compile(Module.from_expr(call(op, x, **attrs)), target="fpga_hls")
+    data = np.random.default_rng(9).permutation(60).reshape(3, 4, 5).astype(np.float32)
+    np.testing.assert_allclose(lib(data), reference(data), rtol=1e-6)
