@@ -11,6 +11,10 @@ Pipeline (`LLVMEmitter.emit`):
    the passes to report (e.g. "loop-vectorize");
 4. emit a position-independent object (assembly text only on request).
 
+A module of many kernels is optimised in chunks by worker processes (parallel_compile.py)
+and linked back into one module before step 4; the object computes what a serial compile
+makes. TENSORKILN_COMPILE_JOBS=1 keeps it in one process.
+
 Steps 1-4 are skipped when kernel_cache.py holds the module (same kernels, target,
 versions): a compile of the same model again, in this process or another, loads the
 cached optimized IR and object.
@@ -40,7 +44,9 @@ from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, declare, value_type
 from .host import MachineConfig, machine_config, target_machine
 from .kernel_cache import cache_key, kernel_cache
+from .llvm_passes import REMARKS_ENV, link_intrinsic_sources, optimize
 from .lowp import add_bfloat_runtime
+from .parallel_compile import ChunkJob, compile_jobs, optimize_chunks
 from .stmts import FunctionCodegen
 
 __all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
@@ -136,30 +142,6 @@ def written_buffers(func: tir.PrimFunc) -> tuple[str, ...]:
     return tuple(sorted(written))
 
 
-REMARKS_ENV = "TENSORKILN_LLVM_REMARKS"
-"""Set to a pass-name regex (e.g. "loop-vectorize", ".*") to have LLVM print its optimisation remarks,
-missed and analysis, on stderr; unset (the default), compiles print nothing."""
-
-
-@functools.cache
-def _enable_remarks(passes: str) -> None:
-    # LLVM's remark filters are process-wide command-line options: set once, on request only
-    llvm.set_option("tensorkiln", f"-pass-remarks-missed={passes}")
-    llvm.set_option("tensorkiln", f"-pass-remarks-analysis={passes}")
-
-
-def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int) -> None:
-    """Run the default new-pass-manager pipeline (O0-O3) with loop/SLP vectorization from O2."""
-    if os.environ.get(REMARKS_ENV):
-        _enable_remarks(os.environ[REMARKS_ENV])
-    options = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    options.loop_vectorization = opt_level >= 2
-    options.slp_vectorization = opt_level >= 2
-    options.loop_unrolling = opt_level >= 2
-    builder = llvm.create_pass_builder(machine, options)
-    builder.getModulePassManager().run(module, builder)
-
-
 def _string_global(module: ir.Module, name: str, text: str) -> None:
     data = bytearray(text.encode() + b"\0")
     variable = ir.GlobalVariable(module, ir.ArrayType(ir.IntType(8), len(data)), name)
@@ -197,14 +179,16 @@ class LLVMEmitter(Emitter):
                             kernels=_signatures(funcs), binary=binary, sources=dict(record["sources"]),
                             metadata=dict(record["metadata"]))
         machine = target_machine(config)
-        module = self._build_module(funcs, target, config, machine)
-        unoptimized = str(module.llvm_module)
-        if "bfloat" in unoptimized and add_bfloat_runtime(module.llvm_module):   # see lowp.py
-            unoptimized = str(module.llvm_module)
-        parsed = _parse(unoptimized, f"the module for {names}")
-        self._link_intrinsics(parsed, module.linker)
-        if config.opt_level:
-            optimize(parsed, machine, config.opt_level)
+        jobs = compile_jobs(len(funcs))
+        if jobs > 1:
+            parsed, unoptimized, module = self._build_in_chunks(funcs, target, config, machine, jobs)
+        else:
+            module = self._build_module(funcs, target, config, machine)
+            unoptimized = _unoptimized_text(module.llvm_module)
+            parsed = _parse(unoptimized, f"the module for {names}")
+            self._link_intrinsics(parsed, module.linker.sources)
+            if config.opt_level:
+                optimize(parsed, machine, config.opt_level)
         # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
         record = {"source": str(parsed), "sources": {"llvm-unoptimized": unoptimized},
                   "metadata": {"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
@@ -215,15 +199,45 @@ class LLVMEmitter(Emitter):
         return Artifact(target=str(target), format="llvm-ir", source=record["source"], kernels=module.signatures,
                         binary=binary, sources=dict(record["sources"]), metadata=dict(record["metadata"]))
 
-    def _build_module(self, funcs, target, config: MachineConfig, machine) -> "_BuiltModule":
-        module = ir.Module(name=funcs[0].name)
+    def _build_in_chunks(self, funcs, target, config: MachineConfig, machine, jobs: int):
+        """Optimise `jobs` chunks of the kernels in parallel (parallel_compile.py), then link them into one module.
+
+        The first chunk holds the module's globals (thread count, metadata of every kernel);
+        the others declare the thread count and hold only their kernels.
+        """
+        chunks = [funcs[index::jobs] for index in range(jobs)]   # interleaved: big and small kernels spread out
+        built = [self._build_module(funcs, target, config, machine, kernels=chunk, owns_globals=index == 0)
+                 for index, chunk in enumerate(chunks)]
+        texts = [_unoptimized_text(b.llvm_module) for b in built]
+        for text, chunk in zip(texts, chunks):   # a parse error names its kernels here, before any worker runs
+            _parse(text, f"the module for {[f.name for f in chunk]}")
+        bitcode = optimize_chunks([ChunkJob(text, tuple(b.linker.sources.items()), config.triple, config.cpu,
+                                            config.features, config.opt_level) for text, b in zip(texts, built)],
+                                  link=self._link_intrinsics)
+        parsed = llvm.parse_bitcode(bitcode[0])
+        for code in bitcode[1:]:
+            parsed.link_in(llvm.parse_bitcode(code))
+        parsed.verify()
+        libraries = list(dict.fromkeys(library for b in built for library in b.linker.libraries))
+        built[0].linker.libraries[:] = libraries
+        return parsed, "\n".join(texts), built[0]
+
+    def _build_module(self, funcs, target, config: MachineConfig, machine, kernels=None,
+                      owns_globals: bool = True) -> "_BuiltModule":
+        """The llvmlite module of `kernels` (default: all of `funcs`); metadata describes all of `funcs`.
+
+        A module that does not own the globals only declares the thread count (see _build_in_chunks).
+        """
+        kernels = funcs if kernels is None else kernels
+        module = ir.Module(name=kernels[0].name)
         module.triple = config.triple
         module.data_layout = str(machine.target_data)
         threads = ir.GlobalVariable(module, I32, NUM_THREADS_SYMBOL)
-        threads.initializer = I32(config.num_threads)
-        threads.visibility = "protected"
-        linker = IntrinsicLinker(module, target, funcs)
-        for func in funcs:
+        if owns_globals:
+            threads.initializer = I32(config.num_threads)
+            threads.visibility = "protected"
+        linker = IntrinsicLinker(module, target, kernels)
+        for func in kernels:
             impl = impl_function(module, func)
             codegen = FunctionCodegen(module, impl, linker)
             for param, argument in zip(func.params, impl.args):
@@ -238,24 +252,22 @@ class LLVMEmitter(Emitter):
         # the buffer parameters each kernel writes: its loader refuses read-only arrays for them
         written = {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}]
                    for f in funcs}
-        _string_global(module, METADATA_SYMBOL, metadata_json(
-            str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm",
-                                      WRITTEN_METADATA_KEY: written}))
+        if owns_globals:
+            _string_global(module, METADATA_SYMBOL, metadata_json(
+                str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm",
+                                          WRITTEN_METADATA_KEY: written}))
         return _BuiltModule(module, linker, signatures, written)
 
     @staticmethod
-    def _link_intrinsics(parsed: llvm.ModuleRef, linker: IntrinsicLinker) -> None:
-        for symbol, code in linker.sources.items():
-            source = _parse(code, f"the LLVM source of intrinsic function {symbol!r}")
-            source.triple, source.data_layout = parsed.triple, parsed.data_layout
-            parsed.link_in(source)
-            function = parsed.get_function(symbol)
-            if function.is_declaration:
-                raise CompileError(f"cpu_llvm: the LLVM source of an intrinsic does not define {symbol!r}, the "
-                                   "symbol its SourceImpl names")
-            # private to this module: it may be inlined, and two modules never clash
-            function.linkage = llvm.Linkage.internal
-        parsed.verify()
+    def _link_intrinsics(parsed: llvm.ModuleRef, sources) -> None:
+        link_intrinsic_sources(parsed, sources, parse=_parse, error=CompileError)
+
+
+def _unoptimized_text(module: ir.Module) -> str:
+    text = str(module)
+    if "bfloat" in text and add_bfloat_runtime(module):   # see lowp.py
+        text = str(module)
+    return text
 
 
 def _signatures(funcs) -> tuple:
