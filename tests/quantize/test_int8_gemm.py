@@ -94,7 +94,7 @@ def test_int8_dense_matches_numpy(target, isa):
     rng = np.random.default_rng(1)
     inputs, outputs, expected = [], [], []
     for index, (rows, units, depth, data_dtype) in enumerate([(7, 37, 53, "int8"), (13, 64, 130, "uint8"),
-                                                                (5, 3, 4, "int8")]):
+                                                                (5, 3, 4, "int8"), (6, 70, 64, "int8")]):
         info = np.iinfo(data_dtype)
         xs = rng.integers(info.min, info.max + 1, (rows, depth)).astype(data_dtype)
         ws = rng.integers(-128, 128, (units, depth)).astype(np.int8)

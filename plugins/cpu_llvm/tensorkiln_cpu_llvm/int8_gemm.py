@@ -280,10 +280,41 @@ def _define_pack(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functio
                 _pack_vectors(builder, plan, w, (w0, w1, w2), out, sums, column0)
             with slow:
                 _pack_values(builder, plan, w, (w0, w1, w2), out, sums, column0)
+    elif plan.kind == "dense" and plan.channels % group == 0 and plan.out_channels >= nr:
+        vectorizable = builder.icmp_signed("<", sliver, I64(plan.out_channels // nr))
+        with builder.if_else(vectorizable, likely=True) as (fast, slow):
+            with fast:
+                _pack_rows(builder, plan, w, w0, out, sums, column0)
+            with slow:
+                _pack_values(builder, plan, w, (w0, w1, w2), out, sums, column0)
     else:
         _pack_values(builder, plan, w, (w0, w1, w2), out, sums, column0)
     builder.ret_void()
     return function
+
+
+def _pack_rows(builder: ir.IRBuilder, plan: Int8ConvPlan, w, w0, out, sums, column0) -> None:
+    """A full sliver of a dense weight W[N, K]: a group is `group` adjacent bytes of row n, copied as one i32."""
+    group, nr = plan.isa.group, plan.isa.nr
+    out32 = builder.bitcast(out, I32_PTR)
+    group_type = ir.VectorType(I8, group)
+    with for_range(builder, I64(0), I64(nr), name="j") as j:
+        n = builder.add(column0, j)
+        row = builder.gep(w, [builder.mul(n, w0)])
+        total = alloca_in_entry(builder, _ivec(group), name="row_sum")
+        builder.store(ir.Constant(_ivec(group), None), total)
+        with for_range(builder, I64(0), I64(plan.groups_per_tap), name="q") as q:
+            values = builder.load(builder.bitcast(builder.gep(row, [builder.mul(q, I64(group))]),
+                                                  group_type.as_pointer()), align=1)
+            builder.store(builder.add(builder.load(total), builder.sext(values, _ivec(group))), total)
+            unit = builder.bitcast(values if group == 4 else builder.sext(values, ir.VectorType(I16, 2)), I32)
+            builder.store(unit, builder.gep(out32, [builder.add(builder.mul(q, I64(nr)), j)]), align=4)
+        if plan.corrects:
+            vector = builder.load(total)
+            row_sum = builder.extract_element(vector, I32(0))
+            for index in range(1, group):
+                row_sum = builder.add(row_sum, builder.extract_element(vector, I32(index)))
+            builder.store(builder.mul(row_sum, I32(128)), builder.gep(sums, [n]))
 
 
 def _pack_vectors(builder: ir.IRBuilder, plan: Int8ConvPlan, w, strides, out, sums, column0) -> None:
