@@ -145,3 +145,14 @@ def test_reductions_the_epilogue_cannot_stream(op, reference):
     lib = tk.compile(Module.from_expr(call(op, x, **attrs)), target="fpga_hls")
     data = np.random.default_rng(9).permutation(60).reshape(3, 4, 5).astype(np.float32)
     np.testing.assert_allclose(lib(data), reference(data), rtol=1e-6)
+
+
+def test_model_estimate_adds_launches_and_distinct_kernels(compiled):
+    from tensorkiln_fpga_hls.model_estimate import model_estimate
+    _, lib = compiled
+    totals = model_estimate(lib)
+    estimates = lib.estimates()
+    assert totals["launches"] == len(lib.plan.steps) and totals["kernels"] == len(estimates)
+    assert totals["cycles"] == sum(estimates[s.kernel]["BestLatency"] for s in lib.plan.steps)
+    assert totals["seconds"] == pytest.approx(totals["cycles"] / 300e6) and totals["clock_mhz"] == pytest.approx(300)
+    assert totals["LUT"] == round(sum(e["LUT"] for e in estimates.values())) and totals["not_estimated"] == []
