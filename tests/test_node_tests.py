@@ -7,6 +7,10 @@ MIN_PASS_FLOAT32 = 644
 # float16 rounding of the long expanded Attention graph (1 ulp on 2 of 192 elements); the plain case
 # imports through the same function body, so it rounds the same way.
 KNOWN_FAILURES = {"test_attention_4d_causal_fp16", "test_attention_4d_causal_fp16_expanded",
+                  # Bernoulli's expected values are draws of numpy's global generator when onnx generated the
+                  # case, not of the seed (onnx: "may not produce the same values in different implementations
+                  # even if a seed is specified"); a seeded draw is checked for its law in test_random_ops.py
+                  "test_bernoulli_seed", "test_bernoulli_seed_expanded",
                   # the expected values are numpy's complex64 FFT, whose rounding leaves 1.9e-7 where the exact
                   # inverse is 0 (atol 1e-7); tensorkiln's is ~1e-15 (onnxruntime fails them too)
                   "test_dft_inverse", "test_dft_inverse_opset19",

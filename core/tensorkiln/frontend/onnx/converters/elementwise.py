@@ -11,6 +11,7 @@ from . import narrow
 from ..node import OnnxNode
 from ._registry import converter
 from ._util import onnx_dtype, scalar
+from .random import dropout_training
 
 _UNARY = {
     "Relu": "nn.relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp",
@@ -38,9 +39,9 @@ def _dropout(node: OnnxNode):
     # training_mode from a graph input is specialised on at run time (ValueNotStaticError); in training mode
     # a ratio of 0 drops nothing, any other ratio draws random numbers
     training = node.const(2, "training_mode")
-    if training is not None and bool(training) and float(_or_default(node.const(1, "ratio"), 0.5)) != 0.0:
-        raise node.unsupported("training_mode=True with a ratio above 0 draws a random mask; export the model in "
-                               "inference mode")
+    ratio = float(_or_default(node.const(1, "ratio"), 0.5)) if training is not None and bool(training) else 0.0
+    if ratio != 0.0:
+        return dropout_training(node, data, ratio)   # a seeded random mask (random.py)
     mask = Constant(np.ones(data.shape, dtype=bool))
     return (data, mask)
 
