@@ -16,13 +16,11 @@ KNOWN_FAILURES = {"test_attention_4d_causal_fp16", "test_attention_4d_causal_fp1
                   "test_dft_inverse", "test_dft_inverse_opset19",
                   # with output_shape, onnx's Python reference places values by the inferred shape; tensorkiln
                   # reads the indices in output_shape as onnxruntime and PyTorch do
-                  "test_maxunpool_export_with_output_shape",
-                  # Celu (and the Elu of its expansion) rounds each elementary step (x / alpha, exp, - 1,
-                  # * alpha) to bfloat16 here; onnx's reference computes the op in float32 and rounds once
-                  # (x = -0.5, alpha = 2: -0.4453125 against -0.44335938, one bfloat16 ulp). The bfloat16
-                  # casts that used to be listed here differed only in NaN == NaN (node_tests compares
-                  # ml_dtypes floats with equal_nan now); their bits always matched
-                  "test_celu_bfloat16", "test_celu_bfloat16_expanded"}
+                  "test_maxunpool_export_with_output_shape"}
+# No bfloat16 case is listed any more: the casts differed only in NaN == NaN (node_tests compares ml_dtypes
+# floats with equal_nan; the bits always matched onnx's, which rounds to nearest even with ml_dtypes), and
+# celu_bfloat16 rounded each elementary step (x / alpha, exp, - 1, * alpha) to bfloat16 where onnx computes
+# the op in float32 and rounds once (-0.4453125 against -0.44335938): activations now do the latter.
 
 
 def test_node_tests_with_reference_interpreter():

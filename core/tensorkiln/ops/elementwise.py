@@ -185,6 +185,8 @@ def activation_compute(op_name: str) -> Callable:
 
     def compute(inputs, attrs, out_type):
         (x,) = inputs
+        if x.dtype == "bfloat16":   # arithmetic in float32, one rounding per op (as onnx's reference)
+            return elemwise(x, lambda v: body(te.cast(v, "float32"), attrs), name_of(op_name), dtype="bfloat16")
         return elemwise(x, lambda v: body(v, attrs), name_of(op_name))
     compute.__name__ = f"compute_{name_of(op_name)[2:]}"
     compute.__doc__ = f"te compute of {op_name}: elementwise, tag 'elemwise'."
