@@ -475,24 +475,35 @@ def _define_micro(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functi
     corrections = [builder.load(builder.bitcast(builder.gep(sums, [builder.add(n0, I64(v * lanes))]),
                                                 vector_type.as_pointer()), align=4) if plan.corrects else None
                    for v in range(vectors)]
-    store, load = _masked_store(module, lanes), _masked_load(module, lanes)
-    masks = [_lane_mask(builder, lanes, I64(v * lanes), columns) for v in range(vectors)]
-    for r in range(mr):
-        with builder.if_then(builder.icmp_signed("<", I64(r), rows)):
-            row = builder.gep(y, [builder.add(_row_offsets(builder, plan, builder.add(m0, I64(r)), y_strides), n0)])
-            for v in range(vectors):
-                value = builder.load(accumulators[r * vectors + v])
-                if corrections[v] is not None:
-                    value = builder.sub(value, corrections[v])
-                pointer = builder.bitcast(builder.gep(row, [I64(v * lanes)]), vector_type.as_pointer())
-                with builder.if_else(full, likely=True) as (whole, edge):
-                    with whole:
-                        old = builder.load(pointer, align=4)
-                        builder.store(builder.select(accumulating, builder.add(old, value), value), pointer, align=4)
-                    with edge:
+
+    def result(r: int, v: int) -> ir.Value:
+        value = builder.load(accumulators[r * vectors + v])
+        return value if corrections[v] is None else builder.sub(value, corrections[v])
+
+    def row_pointer(r: int) -> ir.Value:
+        return builder.gep(y, [builder.add(_row_offsets(builder, plan, builder.add(m0, I64(r)), y_strides), n0)])
+
+    def vector_pointer(row: ir.Value, v: int) -> ir.Value:
+        return builder.bitcast(builder.gep(row, [I64(v * lanes)]), vector_type.as_pointer())
+
+    # the common case first: a whole tile overwriting Y (not read: it may be uninitialised)
+    with builder.if_else(builder.and_(full, builder.not_(accumulating)), likely=True) as (whole, other):
+        with whole:
+            for r in range(mr):
+                row = row_pointer(r)
+                for v in range(vectors):
+                    builder.store(result(r, v), vector_pointer(row, v), align=4)
+        with other:
+            store, load = _masked_store(module, lanes), _masked_load(module, lanes)
+            masks = [_lane_mask(builder, lanes, I64(v * lanes), columns) for v in range(vectors)]
+            for r in range(mr):
+                with builder.if_then(builder.icmp_signed("<", I64(r), rows)):
+                    row = row_pointer(r)
+                    for v in range(vectors):
+                        pointer, value = vector_pointer(row, v), result(r, v)
                         old = builder.call(load, [pointer, I32(4), masks[v], ir.Constant(vector_type, None)])
-                        builder.call(store, [builder.select(accumulating, builder.add(old, value), value), pointer,
-                                             I32(4), masks[v]])
+                        value = builder.select(accumulating, builder.add(old, value), value)
+                        builder.call(store, [value, pointer, I32(4), masks[v]])
     builder.ret_void()
     return function
 
