@@ -357,15 +357,25 @@ class NativeModule(LoadedModule):
             return None
         return PlanEntry(spec, address, self._owner, self.artifact.kernel)
 
+    def _thread_setting(self) -> ctypes.c_int32 | None:
+        """The module's `tensorkiln_num_threads`, looked up once (the executor reads it at every run,
+        and a JIT lookup takes llvmlite's global lock)."""
+        try:
+            return self._threads
+        except AttributeError:
+            address = self._lookup(NUM_THREADS_SYMBOL)
+            self._threads = ctypes.c_int32.from_address(address) if address else None
+            return self._threads
+
     def set_num_threads(self, count: int) -> None:
         """Threads for this module's parallel loops (0 = all cores)."""
-        address = self._lookup(NUM_THREADS_SYMBOL)
-        if address:
-            ctypes.c_int32.from_address(address).value = int(count)
+        setting = self._thread_setting()
+        if setting is not None:
+            setting.value = int(count)
 
     def get_num_threads(self) -> int | None:
-        address = self._lookup(NUM_THREADS_SYMBOL)
-        return ctypes.c_int32.from_address(address).value if address else None
+        setting = self._thread_setting()
+        return setting.value if setting is not None else None
 
 
 # -- metadata and shared libraries ---------------------------------------------------------

@@ -12,7 +12,8 @@ executor like TVM's). The ABI, as C::
                 uint8_t* arena,          // the run's arena: intermediates and outputs at their offsets
                 int32_t overlap);        // how many steps of one concurrent level may run at once
 
-It returns 0, or `((step + 1) << 16) | code` when the packed function of `step` returned
+`inputs` and `constants` hold at least one pointer each (a model without constants passes a
+table with one NULL). It returns 0, or `((step + 1) << 16) | code` when the packed function of `step` returned
 `code` (an argument check; see tensorkiln.sdk.native): `PlanEntry.describe_error` says which.
 
 Each argument of a step is a `Slot`: an input, a constant or a byte offset into the arena

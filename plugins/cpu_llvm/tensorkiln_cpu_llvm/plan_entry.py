@@ -4,172 +4,205 @@
 tensorkiln.sdk.plan_entry) emits, for the kernels already loaded in `module`::
 
     int32_t tensorkiln_plan_run(void** inputs, void** constants, uint8_t* arena, int32_t overlap) {
-      TKArg args[MAX_ARGS];                   // on the stack: concurrent runs share nothing
-      memcpy(args, step0_template, ...);      // dtype, ndim and shape of every argument: constants
-      args[0].data = inputs[0]; args[1].data = arena + 4096; ...
-      if ((code = fused_conv2d_relu(args, 2))) return (1 << 16) | code;
-      ...                                     // a concurrent level: GOMP_parallel(level_N, ...) when
-      return 0;                               // min(overlap, width) > 1, else its steps in order
+      for each concurrent level:              // one step per level when the plan has none
+        if min(overlap, width) > 1: GOMP_parallel(level_body, ...)   // thread t: steps j % team == t
+        else for each step s of the level:
+          TKArg args[MAX_ARGS];               // on the stack: concurrent runs share nothing
+          args[a] = {data: arena + offset | inputs[i] | constants[i], shape, ndim, dtype}   // from tables
+          if ((code = fns[s](args, nargs))) return ((s + 1) << 16) | code;
+      return 0;
     }
 
-It calls each kernel's packed function (abi.py), whose argument checks cost a few loads per
-argument, at the address the kernel has in `module`'s engine; the entry is compiled into an
-engine of its own (the addresses belong to this process, so the entry is never cached on disk).
-Parallel loops stay inside the kernels (libgomp, `tensorkiln_num_threads`).
+The plan is data (constant tables: each step's function, its arguments' slots, dtypes and
+shapes), so the IR and the time to build it stay small for any number of steps (about 40 ms
+for 45 steps on the loaded 2-core host, most of it MCJIT). It calls each kernel's packed function
+(abi.py), whose argument checks cost a few loads per argument, at the address the kernel has in
+`module`'s engine; the entry is compiled into an engine of its own (the addresses belong to this
+process, so the entry is never cached on disk). Parallel loops stay inside the kernels (libgomp,
+`tensorkiln_num_threads`).
 
 `entry_object(artifact, spec, target)` emits the same entry calling the kernels by symbol, for
 `JITModule.export_library(path, plan_entry=spec)` to link beside them (deployed packages).
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tensorkiln.ir.errors import CompileError
-from tensorkiln.sdk.native import TKArg, dtype_fields
-from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, PlanEntrySpec, encode_step_error, spec_digest
+from tensorkiln.sdk.native import dtype_fields
+from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, PlanEntrySpec, spec_digest
 
 from .abi import TKARG_TYPE
-from .cgutils import I8, I32, I64, PTR, declare
+from .cgutils import I8, I32, I64, PTR, declare, for_range
 from .host import machine_config, new_target_machine, target_machine
 
 __all__ = ["build_plan_entry", "entry_object"]
 
-_TKARG_BYTES = ctypes.sizeof(TKArg)
 _PACKED_TYPE = ir.FunctionType(I32, [TKARG_TYPE.as_pointer(), I32])
 
 
-def _constant_global(module: ir.Module, name: str, value: ir.Constant) -> ir.GlobalVariable:
-    variable = ir.GlobalVariable(module, value.type, name)
-    variable.initializer = value
+_ARENA, _INPUT, _CONSTANT = 0, 1, 2
+_SLOT_KINDS = {"arena": _ARENA, "input": _INPUT, "constant": _CONSTANT}
+# the entry's run-time context, shared by a level's team: inputs, constants, arena, error, level start, width
+_CONTEXT = ir.LiteralStructType([PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32, I32])
+_INPUTS, _CONSTANTS, _ARENA_FIELD, _ERROR, _LEVEL_START, _LEVEL_WIDTH = range(6)
+
+
+def _table(module: ir.Module, name: str, element: ir.Type, values: list) -> ir.GlobalVariable:
+    """An internal constant array `name` of `values` (at least one element)."""
+    values = values or [ir.Constant(element, None) if isinstance(element, ir.PointerType) else element(0)]
+    constants = [v if isinstance(v, ir.Constant) or isinstance(v, ir.values.GlobalValue) else element(v)
+                 for v in values]
+    variable = ir.GlobalVariable(module, ir.ArrayType(element, len(constants)), name)
+    variable.initializer = ir.Constant(variable.type.pointee, constants)
     variable.global_constant = True
     variable.linkage = "internal"
     return variable
 
 
-def _template(module: ir.Module, index: int, signature, shapes: dict) -> ir.GlobalVariable:
-    """The TKArg array of step `index` with every field but `data` filled in; `shapes` holds the
-    shape arrays made so far, shared by every argument of the same shape."""
-    slots = []
-    for param in signature.params:
-        extents = tuple(param.shape) or (0,)
-        if extents not in shapes:
-            shapes[extents] = _constant_global(module, f"shape.{len(shapes)}",
-                                               ir.Constant(ir.ArrayType(I64, len(extents)), list(extents)))
-        shape = shapes[extents]
-        code, bits, lanes = dtype_fields(param.dtype)
-        slots.append(ir.Constant(TKARG_TYPE, [
-            ir.Constant(PTR, None), shape.bitcast(I64.as_pointer()), ir.Constant(I64.as_pointer(), None),
-            I32(len(param.shape)), I8(code), I8(bits), ir.IntType(16)(lanes), I64(0)]))
-    return _constant_global(module, f"args.{index}",
-                            ir.Constant(ir.ArrayType(TKARG_TYPE, len(slots)), slots))
-
-
-class _Tables:
-    """The entry's parameters as a step sees them: the inputs and constants tables and the arena."""
-
-    def __init__(self, inputs: ir.Value, constants: ir.Value, arena: ir.Value) -> None:
-        self.inputs, self.constants, self.arena = inputs, constants, arena
-
-    def data(self, builder: ir.IRBuilder, slot) -> ir.Value:
-        if slot.kind == "arena":
-            return builder.gep(self.arena, [I64(slot.index)], inbounds=True)
-        table = self.inputs if slot.kind == "input" else self.constants
-        return builder.load(builder.gep(table, [I64(slot.index)], inbounds=True))
-
-
 class _EntryBuilder:
-    """Emits the entry: steps in order, and each concurrent level either in order or, when the
-    caller's `overlap` allows, on a libgomp team (`GOMP_parallel`, one step per thread in turn)."""
+    """Emits the entry as a loop over constant tables that describe the plan (so the IR, and the time
+    to build it, stay small for any number of steps):
+
+        fns[s]                   step s's packed function
+        first[s] .. first[s+1]   its arguments a, each with
+        slots[a]                 where the data is: offset << 2 | 0 (arena), index << 2 | 1 (input), | 2 (constant)
+        meta[a], dims[shape[a]]  ndim | code << 32 | bits << 40 | lanes << 48, and its extents
+        levels[l] .. levels[l+1] the steps of concurrent level l
+
+    A level wider than one step runs on a libgomp team when the caller's `overlap` allows
+    (`GOMP_parallel`, thread t taking steps j % team == t), else in order."""
 
     def __init__(self, spec: PlanEntrySpec, signatures: list, callees: list[int | str]) -> None:
         """`callees`: each step's packed function, by address in this process or by symbol (for linking)."""
-        self.spec, self.signatures, self.callees = spec, signatures, callees
+        self.spec = spec
         self.module = ir.Module(name="tensorkiln_plan")
-        self.memcpy = self.module.declare_intrinsic("llvm.memcpy", [PTR, PTR, I64])
-        self.templates: dict[int, ir.GlobalVariable] = {}
-        self.shapes: dict[tuple[int, ...], ir.GlobalVariable] = {}
-        self.context_type = ir.LiteralStructType([PTR.as_pointer(), PTR.as_pointer(), PTR, I32])
+        module = self.module
+        functions = []
+        for callee in callees:
+            if isinstance(callee, str):
+                functions.append(declare(module, callee, I32, [TKARG_TYPE.as_pointer(), I32]).bitcast(PTR))
+            else:
+                functions.append(ir.Constant(I64, callee).inttoptr(PTR))
+        first, slots, meta, shape_at, dims, shapes = [0], [], [], [], [], {}
+        for step, signature in zip(spec.steps, signatures):
+            for slot, param in zip(step.args, signature.params):
+                extents = tuple(param.shape)
+                if extents not in shapes:
+                    shapes[extents] = len(dims)
+                    dims.extend(extents)
+                code, bits, lanes = dtype_fields(param.dtype)
+                slots.append(slot.index << 2 | _SLOT_KINDS[slot.kind])
+                meta.append(len(extents) | code << 32 | bits << 40 | lanes << 48)
+                shape_at.append(shapes[extents])
+            first.append(len(slots))
+        levels = spec.levels or tuple((index,) for index in range(len(spec.steps)))
+        self.widest = max(len(step.args) for step in spec.steps)
+        self.fns = _table(module, "fns", PTR, functions)
+        self.first = _table(module, "first", I32, first)
+        self.slots = _table(module, "slots", I64, slots)
+        self.meta = _table(module, "meta", I64, meta)
+        self.shape_at = _table(module, "shape_at", I32, shape_at)
+        self.dims = _table(module, "dims", I64, dims)
+        self.levels = _table(module, "levels", I32, [level[0] for level in levels] + [len(spec.steps)])
+        self.level_count = len(levels)
+        self.memcpy = None
 
-    def call_step(self, builder: ir.IRBuilder, args: ir.Value, tables: _Tables, index: int) -> ir.Value:
-        """Fill `args` (a TKArg array on the stack) for step `index`, call its kernel, return its code."""
-        step = self.spec.steps[index]
-        if index not in self.templates:
-            self.templates[index] = _template(self.module, index, self.signatures[index], self.shapes)
-        builder.call(self.memcpy, [builder.bitcast(args, PTR), builder.bitcast(self.templates[index], PTR),
-                                   I64(_TKARG_BYTES * len(step.args)), ir.IntType(1)(0)])
-        for position, slot in enumerate(step.args):
-            builder.store(tables.data(builder, slot), builder.gep(args, [I64(position), I32(0)], inbounds=True))
-        callee = self.callees[index]
-        if isinstance(callee, str):
-            kernel = declare(self.module, callee, I32, [TKARG_TYPE.as_pointer(), I32])
-        else:
-            kernel = builder.inttoptr(I64(callee), _PACKED_TYPE.as_pointer(), name=f"kernel.{index}")
-        return builder.call(kernel, [args, I32(len(step.args))])
+    @staticmethod
+    def _at(builder: ir.IRBuilder, table: ir.GlobalVariable, index: ir.Value) -> ir.Value:
+        return builder.load(builder.gep(table, [I32(0), index], inbounds=True))
 
-    def _args(self, builder: ir.IRBuilder, steps) -> ir.Value:
-        return builder.alloca(TKARG_TYPE, I32(max(len(self.spec.steps[i].args) for i in steps)), name="args")
+    @staticmethod
+    def _field(builder: ir.IRBuilder, context: ir.Value, field: int) -> ir.Value:
+        return builder.gep(context, [I32(0), I32(field)], inbounds=True)
 
-    def _return_on_error(self, builder: ir.IRBuilder, code: ir.Value, index: int) -> None:
-        with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
-            builder.ret(builder.or_(builder.and_(code, I32(0xFFFF)), I32(encode_step_error(index, 0))))
+    def _run_step(self) -> ir.Function:
+        """`i32 run_step(context*, i32 s)`: fill step s's TKArgs on the stack, call its kernel; 0 or the
+        entry's error code."""
+        function = ir.Function(self.module, ir.FunctionType(I32, [_CONTEXT.as_pointer(), I32]), "run_step")
+        function.linkage = "internal"
+        context, step = function.args
+        builder = ir.IRBuilder(function.append_basic_block("entry"))
+        args = builder.alloca(TKARG_TYPE, I32(self.widest), name="args")
+        start = self._at(builder, self.first, step)
+        stop = self._at(builder, self.first, builder.add(step, I32(1)))
+        tables = [builder.load(self._field(builder, context, field)) for field in (_INPUTS, _CONSTANTS)]
+        arena = builder.load(self._field(builder, context, _ARENA_FIELD))
+        with for_range(builder, start, stop, name="a") as a:
+            arg = builder.gep(args, [builder.sub(a, start)], inbounds=True)
+            slot = self._at(builder, self.slots, a)
+            kind, where = builder.and_(slot, I64(3)), builder.ashr(slot, I64(2))
+            is_arena = builder.icmp_signed("==", kind, I64(_ARENA))
+            in_arena = builder.gep(arena, [where], inbounds=True)
+            table = builder.select(builder.icmp_signed("==", kind, I64(_INPUT)), tables[0], tables[1])
+            # branch-free: an arena slot reads entry 0 of a table (the caller passes at least one), not `where`
+            in_table = builder.load(builder.gep(table, [builder.select(is_arena, I64(0), where)], inbounds=True))
+            data = builder.select(is_arena, in_arena, in_table)
+            meta = self._at(builder, self.meta, a)
+            shape = builder.gep(self.dims, [I32(0), self._at(builder, self.shape_at, a)], inbounds=True)
+            fields = (data, builder.bitcast(shape, I64.as_pointer()), ir.Constant(I64.as_pointer(), None),
+                      builder.trunc(meta, I32), builder.trunc(builder.lshr(meta, I64(32)), I8),
+                      builder.trunc(builder.lshr(meta, I64(40)), I8),
+                      builder.trunc(builder.lshr(meta, I64(48)), ir.IntType(16)), I64(0))
+            for position, value in enumerate(fields):
+                builder.store(value, builder.gep(arg, [I32(0), I32(position)], inbounds=True))
+        kernel = builder.bitcast(self._at(builder, self.fns, step), _PACKED_TYPE.as_pointer())
+        code = builder.call(kernel, [args, builder.sub(stop, start)])
+        failed = builder.or_(builder.and_(code, I32(0xFFFF)), builder.shl(builder.add(step, I32(1)), I32(16)))
+        builder.ret(builder.select(builder.icmp_signed("==", code, I32(0)), I32(0), failed))
+        return function
 
-    def _level_function(self, number: int, level: tuple[int, ...]) -> ir.Function:
-        """`void level.N(context*)`: thread t of the team runs the level's steps j with j % team == t
-        (called outside a parallel region, thread 0 of a team of 1, it runs them all in order)."""
-        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), f"level.{number}")
+    def _level_body(self, run_step: ir.Function) -> ir.Function:
+        """`void level_body(context*)`: thread t of the team runs the level's steps j with j % team == t."""
+        function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "level_body")
         function.linkage = "internal"
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        context = builder.bitcast(function.args[0], self.context_type.as_pointer())
-        fields = [builder.load(builder.gep(context, [I32(0), I32(k)], inbounds=True)) for k in range(3)]
-        tables = _Tables(*fields)
-        error = builder.gep(context, [I32(0), I32(3)], inbounds=True)
+        context = builder.bitcast(function.args[0], _CONTEXT.as_pointer())
         thread = builder.call(declare(self.module, "omp_get_thread_num", I32, []), [])
         team = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
-        args = self._args(builder, level)
-        for position, index in enumerate(level):
-            mine = builder.icmp_signed("==", builder.urem(I32(position), team), thread)
-            with builder.if_then(mine):
-                code = self.call_step(builder, args, tables, index)
+        start = builder.load(self._field(builder, context, _LEVEL_START))
+        width = builder.load(self._field(builder, context, _LEVEL_WIDTH))
+        with for_range(builder, I32(0), width, name="j") as j:
+            with builder.if_then(builder.icmp_signed("==", builder.urem(j, team), thread)):
+                code = builder.call(run_step, [context, builder.add(start, j)])
                 with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
-                    failed = builder.or_(builder.and_(code, I32(0xFFFF)), I32(encode_step_error(index, 0)))
-                    builder.store_atomic(failed, error, "monotonic", 4)
+                    builder.store_atomic(code, self._field(builder, context, _ERROR), "monotonic", 4)
         builder.ret_void()
         return function
 
     def emit(self) -> str:
+        run_step = self._run_step()
+        level_body = self._level_body(run_step)
         function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32]),
                                ENTRY_SYMBOL)
         inputs, constants, arena, overlap = function.args
         inputs.name, constants.name, arena.name, overlap.name = "inputs", "constants", "arena", "overlap"
-        tables = _Tables(inputs, constants, arena)
         builder = ir.IRBuilder(function.append_basic_block("entry"))
-        args = self._args(builder, range(len(self.spec.steps)))
-        context = builder.alloca(self.context_type, name="context")
-        for k, value in enumerate((inputs, constants, arena)):
-            builder.store(value, builder.gep(context, [I32(0), I32(k)], inbounds=True))
-        levels = self.spec.levels or tuple((index,) for index in range(len(self.spec.steps)))
-        for number, level in enumerate(levels):
-            if len(level) > 1:
-                team = builder.select(builder.icmp_signed("<", overlap, I32(len(level))), overlap, I32(len(level)))
-                error = builder.gep(context, [I32(0), I32(3)], inbounds=True)
-                builder.store(I32(0), error)
-                body = self._level_function(number, level)
-                with builder.if_else(builder.icmp_signed(">", team, I32(1))) as (together, in_order):
-                    with together:
-                        gomp_parallel = declare(self.module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-                        builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(context, PTR),
-                                                     team, I32(0)])
-                    with in_order:
-                        builder.call(body, [builder.bitcast(context, PTR)])
-                failed = builder.load(error)
-                with builder.if_then(builder.icmp_signed("!=", failed, I32(0)), likely=False):
-                    builder.ret(failed)
-            else:
-                self._return_on_error(builder, self.call_step(builder, args, tables, level[0]), level[0])
+        context = builder.alloca(_CONTEXT, name="context")
+        for field, value in ((_INPUTS, inputs), (_CONSTANTS, constants), (_ARENA_FIELD, arena)):
+            builder.store(value, self._field(builder, context, field))
+        gomp_parallel = declare(self.module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+        with for_range(builder, I32(0), I32(self.level_count), name="level") as level:
+            start = self._at(builder, self.levels, level)
+            width = builder.sub(self._at(builder, self.levels, builder.add(level, I32(1))), start)
+            team = builder.select(builder.icmp_signed("<", overlap, width), overlap, width)
+            with builder.if_else(builder.icmp_signed(">", team, I32(1))) as (together, in_order):
+                with together:
+                    for field, value in ((_ERROR, I32(0)), (_LEVEL_START, start), (_LEVEL_WIDTH, width)):
+                        builder.store(value, self._field(builder, context, field))
+                    builder.call(gomp_parallel, [builder.bitcast(level_body, PTR), builder.bitcast(context, PTR),
+                                                 team, I32(0)])
+                    failed = builder.load(self._field(builder, context, _ERROR))
+                    with builder.if_then(builder.icmp_signed("!=", failed, I32(0)), likely=False):
+                        builder.ret(failed)
+                with in_order:
+                    with for_range(builder, start, builder.add(start, width), name="s") as step:
+                        code = builder.call(run_step, [context, step])
+                        with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
+                            builder.ret(code)
         builder.ret(I32(0))
         return str(self.module)
 
