@@ -97,6 +97,19 @@ SAMPLES.update({   # ops added for ONNX coverage (issue 18)
     "ngram_counts": ([i64(3, 12, high=4), np.array([[1, 0, 0], [2, 3, 0]], "int64"), np.array([1, 2], "int64")],
                      {"max_skip": 1}),
 })
+SAMPLES.update({   # N-d windows and RoiAlign (issue 18)
+    "nn.max_pool": ([f32(1, 2, 5, 4, 6)], {"pool_size": (2, 2, 3), "strides": (2, 1, 2), "padding": (1, 0, 0, 0, 1, 1),
+                                          "dilation": (1, 2, 1), "ceil_mode": True}),
+    "nn.avg_pool": ([f32(1, 2, 5, 4, 6)], {"pool_size": (2, 2, 3), "strides": (2, 1, 2), "padding": (1, 0, 0, 0, 1, 1),
+                                          "dilation": (1, 1, 1), "count_include_pad": True}),
+    "nn.max_pool_indices": ([f32(2, 2, 5, 6)], {"pool_size": (3, 2), "strides": (2, 2), "padding": (1, 0, 1, 1),
+                                                "dilation": (1, 1), "storage_order": 1}),
+    "nn.conv_transpose": ([f32(1, 4, 3, 2, 3), f32(4, 1, 2, 3, 2)], {"strides": (2, 1, 2), "padding": (1, 0, 0, 0, 1, 0),
+                                                                     "dilation": (1, 1, 2), "groups": 2,
+                                                                     "output_padding": (1, 0, 0)}),
+    "image.roi_align": ([f32(2, 2, 6, 5), np.array([[0, 0, 4, 5], [1.5, -1, 3, 2.5]], "float32"),
+                         np.array([1, 0], "int64")], {"output_height": 2, "output_width": 3}),
+})
 _BOOL_BINARY = {"logical_and", "logical_or", "logical_xor"}
 _INT_BINARY = {"bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift"}
 

@@ -76,3 +76,7 @@ def _ngram_counts(rng, size):
 
 CASES = {"cumprod": _cumprod, "bitcast": _bitcast, "col2im": _col2im, "ngram_counts": _ngram_counts, "image.grid_sample": _grid_sample, "scatter_elements": _scatter_elements,
          "scatter_nd": _scatter_nd}
+
+from .op_cases_windows import CASES as _WINDOW_CASES  # noqa: E402  (N-d windows, RoiAlign)
+
+CASES.update(_WINDOW_CASES)

@@ -288,7 +288,8 @@ def _resize(rng, size):
                     label="tf_crop_and_resize", atol=1e-5))
     out.append(Case([_ints(rng, (1, 1, 3, 4))], image.ResizeAttrs(size=(1, 1, 6, 8), scales=(1, 1, 2, 2)),
                     label="int nearest"))
-    return out
+    from ..onnx_ops.op_cases_windows import RESIZE_ANTIALIAS
+    return out + RESIZE_ANTIALIAS(rng, "tiny")
 
 
 def _topk(rng, size):
