@@ -102,6 +102,7 @@ class Int8ConvPlan:
     dilation: tuple[int, int] = (1, 1)
     tiles_per_item: int = 8
     slivers_per_item: int = 4
+    whole_groups: bool = False     # X has readable (zero) channels up to a multiple of the group past C
 
     def __post_init__(self) -> None:
         if self.kind not in ("conv", "dense"):
@@ -162,7 +163,8 @@ class Int8ConvPlan:
         kh, kw = self.kernel
         return (f"tk_i8{self.kind}_{self.isa.name}_{'s' if self.signed else 'u'}_{self.batch}x{self.out_h}x"
                 f"{self.out_w}x{self.channels}_{self.out_channels}_k{kh}x{kw}_s{self.strides[0]}x{self.strides[1]}"
-                f"_d{self.dilation[0]}x{self.dilation[1]}_b{self.tiles_per_item}x{self.slivers_per_item}")
+                f"_d{self.dilation[0]}x{self.dilation[1]}_b{self.tiles_per_item}x{self.slivers_per_item}"
+                f"{'_w' if self.whole_groups else ''}")
 
 
 # ---- small helpers -----------------------------------------------------------------------------
@@ -466,8 +468,9 @@ def _define_micro(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functi
             if full_groups:
                 with for_range(builder, I64(0), I64(full_groups), name="q") as q:
                     step(tap_offset, builder.add(first_group, q), builder.mul(q, I64(group)), group)
-            if tail:
-                step(tap_offset, builder.add(first_group, I64(full_groups)), I64(full_groups * group), tail)
+            if tail:   # the group's missing bytes meet B's zeros: read them when X has them
+                step(tap_offset, builder.add(first_group, I64(full_groups)), I64(full_groups * group),
+                     group if plan.whole_groups else tail)
 
     columns = _minimum(builder, I64(isa.nr), builder.sub(I64(plan.out_channels), n0))
     full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(isa.nr)))

@@ -17,7 +17,7 @@ import functools
 
 from tensorkiln import te
 from tensorkiln.ops.nn._accumulate import multiply_sum
-from tensorkiln.ops.nn.conv2d import pad_spatial
+from tensorkiln.ops.nn.conv2d import PAD_TAG, pad_spatial
 from tensorkiln.sdk import OpImplementation
 from tensorkiln.sdk.schedules import inline_injective, schedule_injective_stage
 
@@ -131,7 +131,8 @@ def conv_plan(data_shape, weight_shape, out_shape, strides, dilation, signed: bo
     tiles, per = _blocks(m, slivers, isa.mr, target)
     return Int8ConvPlan(isa=isa, signed=signed, kind="conv", batch=batch, out_h=out_h, out_w=out_w,
                         channels=channels, out_channels=out_channels, kernel=(kh, kw), strides=tuple(strides),
-                        dilation=tuple(dilation), tiles_per_item=tiles, slivers_per_item=per)
+                        dilation=tuple(dilation), tiles_per_item=tiles, slivers_per_item=per,
+                        whole_groups=int(data_shape[3]) >= -(-channels // isa.group) * isa.group)
 
 
 def dense_plan(m: int, n: int, k: int, signed: bool, target) -> Int8ConvPlan:
@@ -188,9 +189,22 @@ def conv_intrinsic(plan: Int8ConvPlan, data_shape: tuple, data_dtype: str):
                                                                          plan.symbol)})
 
 
+def _pad_channels(data: te.Tensor, channels: int) -> te.Tensor:
+    """`data` NHWC with zero channels up to `channels`: every reduction group of a pixel is then whole
+    (one 4-byte load where the stem's 3 channels took three byte loads; B is zero there)."""
+    present = int(data.shape[3])
+    zero = te.const(0, data.dtype)
+    return te.compute((*data.shape[:3], channels),
+                      lambda b, y, x, c: te.if_then_else(c < present, data[b, y, x, te.min(c, present - 1)], zero),
+                      name="T_pad_channels", tag=PAD_TAG)
+
+
 def _conv_compute(inputs, attrs, out_type, target, config):
     data, weight = inputs
     padded = pad_spatial(data, tuple(attrs.padding), "NHWC")
+    group = int8_isa(target).group
+    if int(data.shape[3]) % group:
+        padded = _pad_channels(padded, -(-int(data.shape[3]) // group) * group)
     return _conv_body(padded, weight, out_type.shape, tuple(attrs.strides), tuple(attrs.dilation), "T_conv2d")
 
 
