@@ -43,7 +43,7 @@ def test_the_same_group_from_two_models_has_one_workload_key():
     c = tune.Task.from_op("dense", (8, 32, 64), "cpu_llvm")
     assert a.key == b.key != c.key
     assert a.recipe == {"op": "dense", "shape": [8, 64, 64], "dtype": "float32", "target": str(a.target),
-                        "key": a.key}
+                        "key": a.key, "space": "template"}
 
 
 @pytest.mark.parametrize("op,shape,message", [("gemm", (4, 4), "M,N,K"), ("softmax", (4,), "unknown op"),

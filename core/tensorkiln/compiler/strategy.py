@@ -15,6 +15,10 @@ schedule-only implementations of priority RULE_PRIORITY. For a group (`select`):
    name, and its compute then replaces that op's;
 4. with no candidate, the core's naive default (tensorkiln.ops.naive_schedule).
 
+A `configs` callback whose `implementation` attribute is GENERATED_NAME (a task tuned in a
+generated space, a group whose fastest tuning record is generated) overrides all of this:
+the group gets tune/sketch.py's generated sketch with the record's knob values.
+
 The knob values come from `configs` (a tuned record) when given, else from the
 implementation's analytic defaults. The choice is returned as a `StrategyChoice`, which
 the compiled model reports per kernel (`lib.summary()["strategies"]`).
@@ -36,6 +40,10 @@ __all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "
 
 NAIVE = "core.naive"
 """Name of the core's default implementation in reports."""
+
+GENERATED_NAME = "tune.generated_sketch"
+"""A `configs` callback whose `implementation` attribute is this gets the generated sketch of
+tune/sketch.py instead of the strategies' choice."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,11 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
     call = anchor if anchor is not None else (calls[-1] if calls else None)
     names = [c.op.name for c in calls if isinstance(c.op, Op)] or list(ops)
     keys = _keys(anchor, outputs, names)
+    if getattr(configs, "implementation", None) == GENERATED_NAME:
+        # a generated sketch (tune/sketch.py): a task tuned in a generated space, or a group whose
+        # fastest tuning record is one; it needs no strategy, so it applies to any group
+        from ..tune.sketch import GENERATED
+        return _choice(GENERATED, Workload(call, tuple(outputs)), target, keys[0], configs, [])
     ranked, rejected = [], []
     for order, implementation in enumerate(implementations_for(target)):
         matched = [keys.index(k) for k in implementation.keys if k in keys]

@@ -1,6 +1,7 @@
 """tune/cli.py: `tensorkiln tune`, registered by tensorkiln/cli.py.
 
     tensorkiln tune model.onnx --target cpu_llvm --trials 400 --db tuning.sqlite [--strategy evolutionary]
+                    [--space template|generated]
     tensorkiln tune --op gemm --shape 1024,1024,1024 --trials 128
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 __all__ = ["add_subcommands"]
 
 STRATEGIES = ("model", "evolutionary", "optuna", "random", "grid", "anneal")
+SPACE_KINDS = ("template", "generated")   # tune/task.py's; repeated here so `--help` imports nothing heavy
 
 
 def add_subcommands(commands: argparse._SubParsersAction) -> None:
@@ -27,6 +29,10 @@ def add_subcommands(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--trials", type=int, default=64, help="measurements in all (each task's default included)")
     tune.add_argument("--db", default="tuning.sqlite", help="SQLite tuning database (created when missing)")
     tune.add_argument("--strategy", default="model", choices=STRATEGIES)
+    tune.add_argument("--space", default="template", choices=SPACE_KINDS,
+                      help="template: the knobs the target's strategy declares (AutoTVM-style); generated: a sketch "
+                           "derived from each group's compute, multi-level tiling with inline/fusion decisions "
+                           "(Ansor-style)")
     tune.add_argument("--scheduler", metavar="ADDRESS", help="a Dask scheduler (tcp://host:8786): build and measure there")
     tune.add_argument("--budget", type=float, metavar="SECONDS", help="start no new batch after this many seconds")
     tune.add_argument("--batch", type=int, default=8, help="candidates per batch")
@@ -50,13 +56,13 @@ def _tasks(args):
             shape = [int(d) for d in args.shape.split(",")]
         except ValueError:
             raise TensorkilnError(f"--shape {args.shape!r}: comma-separated integers, e.g. 1024,1024,1024") from None
-        return [Task.from_op(args.op, shape, args.target)]
+        return [Task.from_op(args.op, shape, args.target, space=args.space)]
     if not args.model:
         raise TensorkilnError("nothing to tune: give a model file (tensorkiln tune model.onnx) or --op NAME --shape DIMS")
     if not Path(args.model).is_file():
         raise TensorkilnError(f"model file {args.model} does not exist")
     shapes = parse_shapes(args.input_shape) if args.input_shape else None
-    return extract_tasks(str(Path(args.model).resolve()), args.target, shape=shapes)
+    return extract_tasks(str(Path(args.model).resolve()), args.target, shape=shapes, space=args.space)
 
 
 def _cmd_tune(args) -> int:

@@ -20,6 +20,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+from ..compiler.strategy import GENERATED_NAME
 from ..ir.errors import TensorkilnError
 from .record import MeasureResult
 from .workload import FORMAT_VERSION, plugin_version, target_fingerprint, target_key, workload_key
@@ -61,10 +62,12 @@ class _Applied:
 
     After the compiler called it, `applied` describes the record used (None: none matched)."""
 
-    def __init__(self, best_by_implementation: dict[tuple[str, str], dict], target) -> None:
+    def __init__(self, best_by_implementation: dict[tuple[str, str], dict], target,
+                 implementation: str | None = None) -> None:
         self.best = best_by_implementation
         self.target = target
         self.applied = None
+        self.implementation = implementation   # GENERATED_NAME: the compiler uses the generated sketch
 
     def __call__(self, implementation, space):
         row = self.best.get((implementation.name, plugin_version(implementation, self.target)))
@@ -150,7 +153,11 @@ class Database:
         if not rows:
             return None
         best = {(r["implementation"], r["plugin_version"]): dict(r) for r in rows}   # the last one wins: fastest
-        return _Applied(best, target)
+        # a generated sketch replaces the strategies' choice only when its record beat a measured
+        # template record of this workload (the session stores the template default first)
+        generated = rows[-1]["implementation"] == GENERATED_NAME and any(
+            r["implementation"] != GENERATED_NAME for r in rows)
+        return _Applied(best, target, GENERATED_NAME if generated else None)
 
     def similar(self, identity: dict, limit: int = 2000) -> list[dict]:
         """Records of the same implementation, target and plugin version for other workloads

@@ -154,14 +154,39 @@ def _measure(state: TaskState, configs: Sequence[dict], measurer, db, start: flo
 
 
 def _start(state: TaskState, measurer, db, start: float) -> None:
-    """Trial 0: the analytic default, whose output is the reference."""
+    """Trial 0: the analytic default, whose output is the reference.
+
+    A task in a generated space first runs its group's template default (what the compiler
+    uses without records): its output is the reference the sketch is checked against, and
+    its record is what a generated record must beat to be applied (tune/database.py)."""
     task = state.task
     state.inputs = task.input_arrays()
+    if task.space_kind == "generated":
+        _run_template_default(state, measurer, db)
     _measure(state, [task.space.default_config()], measurer, db, start)
     state.default = state.results[0]
     if not state.default.valid:
         state.skipped = f"its default did not run ({state.default.status}: {state.default.error})"
         state.progress.done = True
+
+
+def _run_template_default(state: TaskState, measurer, db) -> None:
+    from .cost_model import workload_features
+    template = state.task.template_twin()
+    config = template.space.default_config()
+    built = measurer.build(template, [config])[0]
+    if built.artifact is None:
+        return
+    answer = measurer.run(template, built, state.inputs, None, None)
+    if answer["status"] != OK:
+        return
+    state.reference = answer.get("outputs")
+    result = built.result
+    result.status, result.cost, result.costs = OK, answer["cost"], tuple(answer.get("costs", ()))
+    result.features = {**result.features, "knobs": knob_features(template.space, result.config),
+                       "workload": workload_features(template)}
+    if db is not None:
+        result.record_id = db.add(template.identity(), result, workload_text(template.function))
 
 
 def _confirm(state: TaskState, measurer, db, top: int = 3, rounds: int = 2, passes: int = 3) -> None:

@@ -19,10 +19,13 @@ import numpy as np
 
 from ..graph import Function
 from ..ir.errors import ScheduleError, TensorkilnError
+from ..compiler.strategy import GENERATED_NAME
 from ..sdk.strategy import EMPTY_SPACE, TuningSpace
 from .workload import FORMAT_VERSION, plugin_version, target_fingerprint, target_key, workload_key
 
-__all__ = ["Task", "extract_tasks", "OPS"]
+__all__ = ["Task", "extract_tasks", "OPS", "SPACE_KINDS"]
+
+SPACE_KINDS = ("template", "generated")
 
 KERNEL_NAME = "tk_tune_kernel"   # one name for every candidate, so equal code gives equal binaries
 
@@ -64,25 +67,31 @@ class Task:
     weight: int = 1
     name: str = ""
     recipe: dict | None = None
+    space_kind: str = "template"   # "template": the strategy's knobs; "generated": tune/sketch.py's sketch
     results: list = field(default_factory=list, repr=False)   # MeasureResults of the last tuning, trial order
     _probe: tuple | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.space_kind not in SPACE_KINDS:
+            raise TensorkilnError(f"space={self.space_kind!r}: choose one of {list(SPACE_KINDS)} (template: the "
+                                  "knobs the target's strategy declares; generated: a sketch derived from the compute)")
 
     # -- constructors ------------------------------------------------------------------------
 
     @classmethod
-    def from_op(cls, op: str, shape, target="cpu_llvm", dtype: str = "float32") -> "Task":
+    def from_op(cls, op: str, shape, target="cpu_llvm", dtype: str = "float32", space: str = "template") -> "Task":
         if op not in OPS:
             raise TensorkilnError(f"unknown op {op!r} to tune; known: {sorted(OPS)} (or tune a model file)")
         builder, form, fewest, most = OPS[op]
         shape = tuple(int(d) for d in shape)
         if not fewest <= len(shape) <= most or min(shape, default=0) < 1:
             raise TensorkilnError(f"--op {op}: shape {list(shape)} should be {form} (positive integers)")
-        tasks = extract_tasks(builder(shape, dtype), target)
+        tasks = extract_tasks(builder(shape, dtype), target, space=space)
         if not tasks:
             raise TensorkilnError(f"{op} {list(shape)} on {target}: its implementation declares no knobs to tune")
         task = max(tasks, key=lambda t: t.space.size)
         task.recipe = {"op": op, "shape": list(shape), "dtype": dtype, "target": str(task.target),
-                       "key": task.key}
+                       "key": task.key, "space": space}
         task.name = f"{op}_{'x'.join(map(str, shape))}"
         return task
 
@@ -92,10 +101,12 @@ class Task:
         text = json.dumps(recipe, sort_keys=True)
         if text not in _RECIPE_CACHE:
             if "op" in recipe:
-                task = cls.from_op(recipe["op"], recipe["shape"], recipe["target"], recipe.get("dtype", "float32"))
+                task = cls.from_op(recipe["op"], recipe["shape"], recipe["target"], recipe.get("dtype", "float32"),
+                                   recipe.get("space", "template"))
             else:
                 found = {t.key: t for t in extract_tasks(recipe["model"], recipe["target"], shape=recipe.get("shape"),
-                                                         opt_level=recipe.get("opt_level"), with_recipes=False)}
+                                                         opt_level=recipe.get("opt_level"), with_recipes=False,
+                                                         space=recipe.get("space", "template"))}
                 if recipe["key"] not in found:
                     raise TensorkilnError(f"model {recipe['model']} has no group with workload {recipe['key']}")
                 task = found[recipe["key"]]
@@ -115,7 +126,7 @@ class Task:
                 seen["implementation"], seen["space"] = implementation, space
                 return None
 
-            kernel = lower_group(self.function, KERNEL_NAME, self.target, capture)
+            kernel = lower_group(self.function, KERNEL_NAME, self.target, self._configs(capture))
             self._probe = (seen.get("implementation"), seen.get("space", EMPTY_SPACE), kernel)
         return self._probe
 
@@ -143,6 +154,13 @@ class Task:
                 "plugin_version": plugin_version(self.implementation, self.target),
                 "format_version": FORMAT_VERSION}
 
+    def template_twin(self) -> "Task":
+        """This group's task in the template space (its strategy's knobs); itself when it is one."""
+        if self.space_kind == "template":
+            return self
+        recipe = {**self.recipe, "space": "template"} if self.recipe else None
+        return Task(self.function, self.target, self.weight, self.name, recipe)
+
     def best(self):
         """The fastest valid result of the last tuning (trial 0, the analytic default, at worst); None
         before tuning."""
@@ -166,7 +184,13 @@ class Task:
                 raise ScheduleError(f"the strategies chose {implementation.name}, not {chosen}")
             return config
 
-        return lower_group(self.function, KERNEL_NAME, self.target, configs)
+        return lower_group(self.function, KERNEL_NAME, self.target, self._configs(configs))
+
+    def _configs(self, callback):
+        """`callback` as lower_group's configs, marked for the generated sketch in a generated space."""
+        if self.space_kind != "generated":
+            return callback
+        return _ForcedImplementation(callback, GENERATED_NAME)
 
     def build(self, config: dict):
         """(GroupKernel, Artifact) of the candidate: lowered and compiled by the target's emitter."""
@@ -197,13 +221,24 @@ class Task:
 _RECIPE_CACHE: dict[str, Task] = {}
 
 
+class _ForcedImplementation:
+    """A configs callback that also names the implementation the compiler must use (strategy.select)."""
+
+    def __init__(self, callback, implementation: str) -> None:
+        self.callback, self.implementation = callback, implementation
+
+    def __call__(self, implementation, space):
+        return self.callback(implementation, space)
+
+
 def extract_tasks(model, target="cpu_llvm", *, shape: dict | None = None, opt_level: int | None = None,
-                  with_recipes: bool = True) -> list[Task]:
+                  with_recipes: bool = True, space: str = "template") -> list[Task]:
     """The tasks of a model: one per distinct fused-group workload whose implementation has knobs,
     weighted by how many groups of the model share it (most weight first).
 
     `model` is what `tk.compile` takes. A model given as a file path gives tasks with recipes
-    (build workers in other processes rebuild them)."""
+    (build workers in other processes rebuild them). `space="generated"` gives every group's
+    generated sketch (tune/sketch.py) instead of its strategy's knobs."""
     from ..compiler.driver import fused_groups
     from ..compiler.lower_groups import group_name
 
@@ -220,12 +255,13 @@ def extract_tasks(model, target="cpu_llvm", *, shape: dict | None = None, opt_le
         if key in by_key:
             by_key[key].weight += 1
             continue
-        task = Task(function, resolved, 1, group_name(function))
+        task = Task(function, resolved, 1, group_name(function), space_kind=space)
         if task.space.size <= 1:
             fixed.add(key)   # nothing to choose
             continue
         if with_recipes and isinstance(model, str):
-            task.recipe = {"model": model, "shape": shape, "opt_level": opt_level, "target": str(resolved), "key": key}
+            task.recipe = {"model": model, "shape": shape, "opt_level": opt_level, "target": str(resolved), "key": key,
+                           "space": space}
         by_key[key] = task
     tasks = sorted(by_key.values(), key=lambda t: -t.weight)
     names: dict[str, int] = {}
