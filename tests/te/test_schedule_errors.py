@@ -101,10 +101,11 @@ def test_vectorize_on_a_split_reduction_axis(mm):
         s[C].vectorize(ki)
 
 
-def test_bind_a_reduction_axis(mm):
+def test_bind_a_reduction_axis_to_a_block_index(mm):
+    """threadIdx may share a reduction (tests/te/test_cross_thread_reduction.py); blocks cannot."""
     A, B, C, s = mm
-    with pytest.raises(ScheduleError, match=r"bind on stage C, axis k: it is a reduction axis"):
-        s[C].bind(C.op.reduce_axis[0], te.thread_axis("threadIdx.x"))
+    with pytest.raises(ScheduleError, match=r"bind on stage C, axis k: it is a reduction axis; only threadIdx"):
+        s[C].bind(C.op.reduce_axis[0], te.thread_axis("blockIdx.x"))
 
 
 def test_bind_needs_a_thread_axis(mm):

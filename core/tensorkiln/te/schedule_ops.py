@@ -20,6 +20,7 @@ from ..tir import nodes as n
 from ..tir.arith import as_int, const_bounds, simplify_expr
 from ..tir.bound import interval
 from ..tir.visit import collect_vars, post_order_visit, rewrite, substitute
+from .cross_thread import cross_thread_nest, loop_order, thread_reduce_leaves
 from .expr import IterVar, Reduce, TensorRead
 from .schedule import FuseRelation, Schedule, Stage
 from .tensor import ComputeOp, PlaceholderOp, Tensor
@@ -162,7 +163,7 @@ class ScheduleLowering:
     def _enclosing(self, stage: Stage, iv: IterVar) -> list[tuple[Stage, IterVar]]:
         """Loops (stage, leaf) around the body of `iv` in `stage`, outermost first."""
         outer = self._enclosing(stage.attach_stage, stage.attach_ivar) if stage.attach_type == "scope" else []
-        leaves = _loop_order(stage)
+        leaves = loop_order(stage)
         return outer + [(stage, leaf) for leaf in leaves[:leaves.index(iv) + 1]]
 
     def _infer_region(self, info: _StageInfo):
@@ -353,8 +354,8 @@ class ScheduleLowering:
         stage = info.stage
         if self._is_cooperative(info):
             return self._cooperative_nest(info)
-        if _thread_reduce_leaves(stage) and isinstance(info.body, Reduce):
-            return self._cross_thread_nest(info)
+        if thread_reduce_leaves(stage) and isinstance(info.body, Reduce):
+            return cross_thread_nest(self, info)
         leaves = stage.leaf_iter_vars
         position = {leaf.var: p for p, leaf in enumerate(leaves)}
         tensorize_at = next((p for p, leaf in enumerate(leaves)
@@ -441,83 +442,6 @@ class ScheduleLowering:
             if not info.is_param:
                 stmt = n.Allocate(info.buffer, stmt)
         return stmt
-
-    # ---- cross-thread reduction ------------------------------------------------------
-
-    def _cross_thread_nest(self, info: _StageInfo) -> n.Stmt:
-        """A reduction with axes bound to threadIdx: data loops, then the thread loops, in which each
-        thread reduces its share (the serial reduction loops) into a register, the threads combine
-        their registers (tir.ThreadAllReduce) and one of them stores the result (all of them for a
-        "local" stage, whose buffer is private to each thread).
-
-        Guards that read a thread index or a reduction variable go inside, around the update (and
-        the store): a barrier of the combination must be reached by every thread of the block.
-        """
-        stage = info.stage
-        body: Reduce = info.body
-        leaves = _loop_order(stage)
-        data = [leaf for leaf in leaves if leaf.kind != "reduce"]
-        if leaves[:len(data)] != data:
-            inner = next(leaf for leaf in leaves[len(data):] if leaf.kind != "reduce")
-            raise ScheduleError(f"cross-thread reduction on stage {stage.name}: data axis {inner.name} is inside the "
-                                "reduction loops; reorder the data axes outside every reduction axis")
-        if any(stage.iter_attrs.get(leaf) and stage.iter_attrs[leaf].tensorize is not None for leaf in leaves):
-            raise ScheduleError(f"cross-thread reduction on stage {stage.name}: it cannot also be tensorized")
-        threads = _thread_reduce_leaves(stage)
-        serial = [leaf for leaf in leaves[len(data):] if leaf not in threads]
-        position = {leaf.var: p for p, leaf in enumerate(leaves)}
-        varying = {leaf.var for leaf in leaves if leaf.kind == "reduce" or
-                   (_thread_tag(stage, leaf) or "").startswith("threadIdx")}
-        reduce_vars = {leaf.var for leaf in leaves if leaf.kind == "reduce"}
-        outer_guards: dict[int, list] = {}
-        update_guards, store_guards = [], []
-        for guard in info.guards:
-            used = collect_vars(guard)
-            if any(v in varying for v in used):
-                update_guards.append(guard)
-                if not any(v in reduce_vars for v in used):
-                    store_guards.append(guard)
-            else:
-                level = max((position[v] for v in used if v in position), default=-1)
-                outer_guards.setdefault(level, []).append(guard)
-        root_map = self._root_map(info)
-        output_index = self._flat_index(info, [root_map[a.var] for a in stage.op.axis])
-        dtype = body.dtype
-        accumulator = n.Buffer(f"{stage.name}.acc", (n.IntImm("int32", 1),), dtype, None, "local")
-        result = n.Buffer(f"{stage.name}.red", (n.IntImm("int32", 1),), dtype, None, "local")
-        zero = n.IntImm("int32", 0)
-
-        update: n.Stmt = n.Store(accumulator, body.combiner.combine(n.Load(accumulator, zero),
-                                                                      self.lower_expr(body.source, root_map)), zero)
-        if body.condition is not None:
-            update = n.IfThenElse(self.lower_expr(body.condition, root_map), update)
-        for guard in update_guards:
-            update = n.IfThenElse(guard, update)
-        for leaf in reversed(serial):
-            update = self._loop(stage, leaf, info.iv_extent[leaf], self._attach_producers(stage, leaf, update))
-        store: n.Stmt = n.Store(info.buffer, n.Load(result, zero), output_index)
-        for guard in store_guards:
-            store = n.IfThenElse(guard, store)
-        if info.buffer.scope != "local":   # one writer; in "local" scope every thread keeps its own copy
-            first = None
-            for leaf in threads:
-                test = n.EQ(leaf.var, zero)
-                first = test if first is None else n.And(first, test)
-            store = n.IfThenElse(first, store)
-        combine = n.ThreadAllReduce(_combiner(body.combiner, dtype), (n.Load(accumulator, zero),), (result,),
-                                    tuple(_thread_tag(stage, leaf) for leaf in threads))
-        core: n.Stmt = n.SeqStmt((n.Store(accumulator, body.combiner.identity(dtype), zero), update, combine, store))
-        core = n.Allocate(accumulator, n.Allocate(result, core))
-        for leaf in reversed(threads):
-            core = self._loop(stage, leaf, info.iv_extent[leaf], self._attach_producers(stage, leaf, core))
-        for p in reversed(range(len(data))):
-            inner = self._attach_producers(stage, data[p], core)
-            for guard in outer_guards.get(p, ()):
-                inner = n.IfThenElse(guard, inner)
-            core = self._loop(stage, data[p], info.iv_extent[data[p]], inner)
-        for guard in outer_guards.get(-1, ()):
-            core = n.IfThenElse(guard, core)
-        return core
 
     # ---- cooperative fetch into shared memory ------------------------------------------
 
@@ -619,31 +543,6 @@ class ScheduleLowering:
 # Storage scopes and GPU indices ranked from widest to narrowest sharing, as in TVM's
 # StorageRank / ThreadScope: a buffer of scope rank r is shared by every index of rank >= r.
 _SCOPE_RANK = {"global": 0, "shared": 1, "warp": 2, "local": 3}
-
-
-def _thread_reduce_leaves(stage: Stage) -> list[IterVar]:
-    """The stage's reduction loops bound to threadIdx (a cross-thread reduction when any)."""
-    return [leaf for leaf in stage.leaf_iter_vars
-            if leaf.kind == "reduce" and (_thread_tag(stage, leaf) or "").startswith("threadIdx")]
-
-
-def _loop_order(stage: Stage) -> list[IterVar]:
-    """The stage's loops from outer to inner as lowered: its leaves, except that in a cross-thread
-    reduction the thread-bound reduction loops enclose the serial ones (each thread runs its share
-    of the serial loops inside its thread index)."""
-    threads = _thread_reduce_leaves(stage)
-    leaves = stage.leaf_iter_vars
-    if not threads:
-        return list(leaves)
-    first = next(p for p, leaf in enumerate(leaves) if leaf.kind == "reduce")
-    rest = [leaf for leaf in leaves[first:] if leaf not in threads]
-    return [*leaves[:first], *threads, *rest]
-
-
-def _combiner(reducer, dtype: str) -> n.CommCombiner:
-    """te's CommReducer (Python callables) as the tir combiner data a ThreadAllReduce carries."""
-    lhs, rhs = n.Var("lhs", dtype), n.Var("rhs", dtype)
-    return n.CommCombiner((lhs,), (rhs,), (reducer.combine(lhs, rhs),), (reducer.identity(dtype),), reducer.name)
 
 
 def _thread_tag(stage: Stage, leaf: IterVar) -> str | None:
