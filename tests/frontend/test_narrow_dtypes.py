@@ -303,3 +303,23 @@ def test_string_in_the_middle_of_the_compiled_part_is_refused_by_name():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, (3,))])
     with pytest.raises(UnsupportedOpError, match=r"'add_after_strings' \(Add\) reads 'back'"):
         backend.prepare(model)
+
+
+@pytest.mark.parametrize("saturate", [1, 0])
+def test_float8_cast_round_trip_matches_onnxruntime(saturate):
+    """x -> float8 -> float32 for the four float8 formats; onnxruntime's Python API hands back the float32 side."""
+    ort = pytest.importorskip("onnxruntime")
+    x = _edge_values(np.float32)
+    nodes, outputs = [], []
+    for name, to in FLOAT8.items():
+        nodes += [helper.make_node("Cast", ["x"], [f"{name}_q"], to=to, saturate=saturate),
+                  helper.make_node("Cast", [f"{name}_q"], [name], to=TensorProto.FLOAT)]
+        outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, x.shape))
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)], outputs, opset=21)
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for info, got, want in zip(outputs, backend.prepare(model).run([x]), session.run(None, {"x": x})):
+        # without saturation onnxruntime 1.32 departs from the spec past the largest value (e4m3fn: 480 -> 448
+        # where the spec says NaN; e5m2: 64512 -> NaN where it says inf); onnx's reference follows the spec and
+        # so does tensorkiln (test_cast_to_every_float_format_matches_onnx_reference): compare in range here
+        in_range = np.ones(x.shape, bool) if saturate else ~(np.abs(x) > float(ml_dtypes.finfo(info.name).max))
+        np.testing.assert_array_equal(got[in_range], want[in_range], err_msg=info.name)
