@@ -323,3 +323,20 @@ def test_float8_cast_round_trip_matches_onnxruntime(saturate):
         # so does tensorkiln (test_cast_to_every_float_format_matches_onnx_reference): compare in range here
         in_range = np.ones(x.shape, bool) if saturate else ~(np.abs(x) > float(ml_dtypes.finfo(info.name).max))
         np.testing.assert_array_equal(got[in_range], want[in_range], err_msg=info.name)
+
+
+def test_constant_nodes_of_int4_and_float8_dequantize_as_onnx_reference():
+    """Constant nodes holding packed int4 and float8 tensors (onnx packs two int4 per byte)."""
+    packed = onnx.numpy_helper.from_array(np.array([-8, -1, 0, 7, 3], ml_dtypes.int4), "c4")
+    floats = onnx.numpy_helper.from_array(np.array([1.5, -448, 0.25, -0.0, 3], ml_dtypes.float8_e4m3fn), "c8")
+    nodes = [helper.make_node("Constant", [], ["q4"], value=packed),
+             helper.make_node("Constant", [], ["q8"], value=floats),
+             helper.make_node("DequantizeLinear", ["q4", "scale"], ["y4"]),
+             helper.make_node("DequantizeLinear", ["q8", "scale"], ["y8"])]
+    model = _model(nodes, [helper.make_tensor_value_info("scale", TensorProto.FLOAT, ())],
+                   [helper.make_tensor_value_info("y4", TensorProto.FLOAT, (5,)),
+                    helper.make_tensor_value_info("y8", TensorProto.FLOAT, (5,))], opset=21)
+    scale = np.array(0.5, np.float32)
+    expected = ReferenceEvaluator(model).run(None, {"scale": scale})
+    for got, want in zip(backend.prepare(model).run([scale]), expected):
+        _assert_same(got, want)
