@@ -3,13 +3,13 @@
 Quantized graphs (tensorkiln.quantize, the ONNX QLinear* / *Integer / QDQ importers) run
 their convolutions and dense layers as `nn.conv2d(int8 or uint8, int8, out_dtype="int32")`,
 followed by the requantization (int32 -> float scale -> round -> clip -> int8) as ordinary
-elementwise ops that fuse into the anchor's epilogue. The core's computes widen the 8-bit
-products to int32 inside the reduction (8-bit operands are read, int32 lanes multiply), and
-cpu_llvm's anchor schedules schedule them: the tag-keyed conv strategies as they are, while
-the dense gets `cpu_llvm.dense_int8`, which outranks the float dense computes (split, packed,
-micro-kernel: they accumulate in the input dtype) for exactly the out_dtype="int32" calls. With `avx512vnni` / `avxvnni` in the
-target's features (`lowp.target_features`) LLVM may fuse the widening multiply-adds into
-vpdpbusd / vpdpwssd; nothing here names an instruction.
+elementwise ops that fuse into the anchor's epilogue. On a CPU with AVX2 the NHWC convs
+(one group) and the dense with 4 rows or more run as one int8 GEMM call (int8_gemm.py:
+vpdpbusd with avx512vnni / avxvnni, else vpmaddwd; strategies/int8_gemm.py). Elsewhere the
+core's computes widen the 8-bit products to int32 inside the reduction and cpu_llvm's
+anchor schedules schedule them: the tag-keyed conv strategies as they are, while the dense
+gets `cpu_llvm.dense_int8`, which outranks the float dense computes (split, packed,
+micro-kernel: they accumulate in the input dtype) for exactly the out_dtype="int32" calls.
 """
 from __future__ import annotations
 
