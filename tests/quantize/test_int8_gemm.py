@@ -152,3 +152,23 @@ def test_quantized_resnet_matches_the_reference_interpreter(activations):
     assert "cpu_llvm.conv2d_int8_gemm" in _strategies(lib)
     expected = evaluate(quantized.module, {quantized.module.main.params[0].name: samples[2]})
     np.testing.assert_allclose(lib.run([samples[2]])[0], np.asarray(expected), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("target, isa", PATHS)
+def test_two_threads_share_packing_and_tiles(target, isa):
+    """Enough work for a team (the one-thread cut-off is 16 MFLOP here): slivers packed by both threads, the
+    barrier, then row x column items taken dynamically; the result is the same integers."""
+    from tensorkiln_cpu_llvm.strategies.int8_gemm import conv_plan
+
+    rng = np.random.default_rng(5)
+    xs = rng.integers(-128, 128, (1, 20, 21, 64)).astype(np.int8)
+    ws = rng.integers(-128, 128, (3, 3, 64, 100)).astype(np.int8)
+    threaded = f"{target} -num_threads=2"
+    plan = conv_plan((1, 22, 23, 64), ws.shape, (1, 20, 21, 100), (1, 1), (1, 1), True, tk.target(threaded))
+    assert plan.items >= 4 and 2 * plan.m * plan.out_channels * plan.k >= 2 * 16_000_000
+    y = g.call("nn.conv2d", g.var("x", xs.shape, "int8"), g.const(ws), padding=(1, 1, 1, 1), data_layout="NHWC",
+               kernel_layout="HWIO", out_dtype="int32")
+    lib = tk.compile(g.Module.from_expr(y), threaded)
+    expected = _numpy_conv_nhwc(xs, ws, 1, 1, 1)
+    for _ in range(3):   # items are shared differently on each run
+        np.testing.assert_array_equal(lib.run([xs])[0], expected)
