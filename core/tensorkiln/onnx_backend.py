@@ -69,9 +69,9 @@ class TensorkilnBackend(Backend):
 
         super().prepare(model, device, **kwargs)
         target, opt_level = kwargs.get("target", cls.target), kwargs.get("opt_level")
+        narrow_outputs = boundary_formats(model)[1] if hasattr(model, "graph") else {}
         if kwargs.get("constants"):
             model = tk.frontend.from_onnx(model, shape=kwargs.get("shape"), constants=kwargs["constants"])
-        narrow_outputs = boundary_formats(model)[1] if hasattr(model, "graph") else {}
         compiled = tk.compile(model, target=target, opt_level=opt_level, shape=kwargs.get("shape"))
         return TensorkilnBackendRep(compiled, narrow_outputs)
 
