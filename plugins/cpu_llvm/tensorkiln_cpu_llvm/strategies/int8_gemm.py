@@ -23,6 +23,7 @@ from tensorkiln.sdk.schedules import inline_injective, schedule_injective_stage
 
 from ..host import _cpu_features, machine_config
 from ..int8_gemm import ISAS, Int8ConvPlan, int8_conv_source
+from .gemm_blocking import _cores
 
 __all__ = ["int8_gemm_strategies", "int8_isa", "INT8_GEMM_PRIORITY", "conv_plan", "dense_plan", "conv_intrinsic"]
 
@@ -113,7 +114,7 @@ def dense_applies(call, target):
 def _blocks(plan_rows: int, slivers: int, mr: int, target) -> tuple[int, int]:
     """(row tiles, slivers) per work item: slivers of a column block stay in L2 while the row tiles stream,
     and there are enough items for the threads to share (4 per thread)."""
-    threads = int(target.options.get("num_threads", 0) or 0) or 2
+    threads = _cores(target)
     tiles = -(-plan_rows // mr)
     slivers_per_item = min(slivers, 4)
     column_blocks = -(-slivers // slivers_per_item)
