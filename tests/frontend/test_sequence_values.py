@@ -265,3 +265,12 @@ def test_the_compile_command_refuses_to_package_a_sequence_input(tmp_path):
     onnx.save(m, tmp_path / "seq.onnx")
     with pytest.raises(SystemExit, match="takes a sequence or an optional, which a package cannot hold"):
         main(["compile", str(tmp_path / "seq.onnx")])
+
+
+def test_an_unsupported_op_is_an_error_of_compile_not_of_the_first_run():
+    m = _model([h.make_node("SequenceAt", ["seq", "zero"], ["x"]), h.make_node("Bogus", ["x"], ["y"], domain="acme")],
+               [_sequence("seq", [2])], [h.make_tensor_value_info("y", T.FLOAT, [2])],
+               [h.make_tensor("zero", T.INT64, [], [0])])
+    m.opset_import.append(h.make_opsetid("acme", 1))
+    with pytest.raises(UnsupportedOpError, match="acme::Bogus"):
+        tk.compile(m, "cpu_llvm")

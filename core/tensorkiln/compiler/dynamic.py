@@ -59,6 +59,7 @@ def compile_onnx(model_or_path: Any, shape: dict | None, compile_module: Callabl
     source = model_or_path if isinstance(model_or_path, (str, Path)) else model
     signature = input_signature(model, shape)
     if _has_structured_values(model, signature):
+        _probe_structured(model, signature, memory_limit)
         return SpecializedModel(signature, _StructuredBuilder(model, compile_module, memory_limit), target=target,
                                 output_signature=output_signature(model))
     if is_static_signature(signature):
@@ -134,6 +135,38 @@ def _has_structured_values(model, signature) -> bool:
     from ..frontend.onnx.structured import declares_structured_outputs
     from ..graph.sequence_types import is_structured_type
     return any(is_structured_type(t) for t in signature.values()) or declares_structured_outputs(model)
+
+
+def _probe_structured(model, signature, memory_limit: int | None) -> None:
+    """Import once with each sequence of one element and each optional present (elements at the probe
+    shape), so an unsupported op or dtype is an error of tk.compile; skipped when an element's rank is
+    unknown. Errors of the probe structure itself (a position past its one element) are left to the run."""
+    from ..frontend.onnx import ValueNotStaticError, from_onnx
+    from ..frontend.onnx.converters.sequence import SequenceOutputError
+    from ..frontend.onnx.structured import flatten_inputs, value_leaves
+    from ..graph.sequence_types import SymbolicSequenceType, is_structured_type
+    from ..ir.dtypes import to_numpy
+    values = {}
+    for name, ttype in signature.items():
+        element = ttype.element if is_structured_type(ttype) else ttype
+        is_sequence = isinstance(element, SymbolicSequenceType)
+        element = element.element if is_sequence else element
+        if element.shape is None:
+            return
+        array = np.zeros(tuple(_probe_size(d) if isinstance(d, Dim) else d for d in element.shape),
+                         to_numpy(element.dtype))
+        values[name] = [array] if is_sequence else array
+    flat_model, leaves = flatten_inputs(model, values)
+    shapes = {leaf: array.shape for name, value in values.items()
+              for leaf, array in zip(leaves[name], value_leaves(value))}
+    try:
+        from_onnx(flat_model, shape=shapes, memory_limit=memory_limit)
+    except (ValueNotStaticError, SequenceOutputError):   # specialised on, and rebuilt, at run time
+        pass
+    except (UnsupportedOpError, DTypeError):
+        raise
+    except TensorkilnError:
+        pass
 
 
 class _StructuredBuilder:
