@@ -103,39 +103,41 @@ def roi_align(inputs, attrs, out_type):
                   for yy, wy in ((y_low, wy_low), (y_high, wy_high)) for xx, wx in ((x_low, wx_low), (x_high, wx_high))]
         return counted, inside, values
 
-    if attrs.mode == "avg":
-        def total(r, c, ph, pw):
-            counted, inside, values = sample(r, c, ph, pw)
-            value = values[0] + values[1] + values[2] + values[3]
-            return te.sum(select(n.And(counted, inside), value, _f(0.0)), axis=[ty, tx])
-        summed = te.compute(out_shape, total, name="T_roi_align_sum", tag=tags.COMM_REDUCE)
+    # One reduction whose result is the output: an elementwise stage after it (the division, the
+    # cast) would make a target's reduce schedule parallelize only its inner loops. The samples are
+    # float64; float32 / float64 data accumulate in their own type, half types cast back after.
+    accumulate = data.dtype if data.dtype in ("float32", "float64") else "float32"
 
-        def average(r, c, ph, pw):
-            rows, columns = axes(r)
-            count = te.cast(te.max(rows.grid * columns.grid, _int(1)), _F64)
-            return te.cast(summed[r, c, ph, pw] / count, data.dtype)
-        return te.compute(out_shape, average, name="T_roi_align", tag=tags.ELEMWISE)
-
-    def largest(r, c, ph, pw):
-        counted, inside, values = sample(r, c, ph, pw)
-        value = te.max(te.max(values[0], values[1]), te.max(values[2], values[3]))
-        # a counted sample outside the input is worth exactly 0 (all its weights are 0)
-        value = select(inside, value, _f(0.0))
-        return te.max(select(counted, value, te.min_value(_F64)), axis=[ty, tx])
-    best = te.compute(out_shape, largest, name="T_roi_align_max", tag=tags.COMM_REDUCE)
-
-    def finish(r, c, ph, pw):
+    def grids(r):
         rows, columns = axes(r)
-        empty = n.Or(rows.grid <= 0, columns.grid <= 0)
-        value = best[r, c, ph, pw]
-        if adaptive:
-            # samples past the visited ones are outside the input: each is worth 0
-            last_y = rows.position(ph, rows.grid - 1)
-            last_x = columns.position(pw, columns.grid - 1)
-            first_y = rows.position(ph, _int(0))
-            first_x = columns.position(pw, _int(0))
-            any_outside = n.Or(n.Or(rows.outside(first_y), rows.outside(last_y)),
-                               n.Or(columns.outside(first_x), columns.outside(last_x)))
-            value = select(any_outside, te.max(value, _f(0.0)), value)
-        return te.cast(select(empty, _f(0.0), value), data.dtype)
-    return te.compute(out_shape, finish, name="T_roi_align", tag=tags.ELEMWISE)
+        return rows, columns, n.Or(rows.grid <= 0, columns.grid <= 0)
+
+    if attrs.mode == "avg":
+        def average(r, c, ph, pw):
+            rows, columns, _ = grids(r)
+            counted, inside, values = sample(r, c, ph, pw)
+            scale = 1.0 / te.cast(te.max(rows.grid * columns.grid, _int(1)), _F64)
+            value = (values[0] + values[1] + values[2] + values[3]) * scale
+            return te.sum(te.cast(select(n.And(counted, inside), value, _f(0.0)), accumulate), axis=[ty, tx])
+        result = te.compute(out_shape, average, name="T_roi_align", tag=tags.COMM_REDUCE)
+    else:
+        def largest(r, c, ph, pw):
+            rows, columns, empty = grids(r)
+            counted, inside, values = sample(r, c, ph, pw)
+            value = te.max(te.max(values[0], values[1]), te.max(values[2], values[3]))
+            # a counted sample outside the input is worth exactly 0 (all its weights are 0); so is an
+            # empty bin, and (adaptive grids) any sample past the visited ones, all outside the input
+            value = select(counted, select(inside, value, _f(0.0)), te.min_value(_F64))
+            floor = empty
+            if adaptive:
+                first_y, last_y = rows.position(ph, _int(0)), rows.position(ph, rows.grid - 1)
+                first_x, last_x = columns.position(pw, _int(0)), columns.position(pw, columns.grid - 1)
+                floor = n.Or(floor, n.Or(n.Or(rows.outside(first_y), rows.outside(last_y)),
+                                         n.Or(columns.outside(first_x), columns.outside(last_x))))
+            value = te.max(value, select(floor, _f(0.0), te.min_value(_F64)))
+            return te.max(te.cast(value, accumulate), axis=[ty, tx])
+        result = te.compute(out_shape, largest, name="T_roi_align", tag=tags.COMM_REDUCE)
+    if accumulate == data.dtype:
+        return result
+    return te.compute(out_shape, lambda *i: te.cast(result[i], data.dtype), name="T_roi_align_cast",
+                      tag=tags.ELEMWISE)

@@ -74,24 +74,29 @@ def max_pool(inputs, attrs, out_type):
 
 
 def avg_pool(inputs, attrs, out_type):
-    """Registry compute of nn.avg_pool: a window sum, then the division by the counted cells."""
+    """Registry compute of nn.avg_pool: one reduction, each tap scaled by 1 / (the counted cells), so
+    the output is the reduction itself (an elementwise division after it would make a target's reduce
+    schedule parallelize only its inner loops); float16 / bfloat16 cast back after it."""
     (data,) = inputs
     out_shape = tuple(out_type.shape)
     rank = len(attrs.pool_size)
     accumulate = accumulate_dtype(data.dtype)
     axes, tap = _windowed(data, attrs, out_shape, 0)
-    total = te.compute(out_shape, lambda *i: te.sum(te.cast(tap(i), accumulate), axis=axes), name="T_avg_pool_sum",
-                       tag=tags.COMM_REDUCE)
 
-    def average(*i):
+    def inverse_count(i):
         count = None
         for a in range(rank):
             begin, end, size = attrs.padding[a], attrs.padding[rank + a], data.shape[2 + a]
             low, high = (0, size + begin + end) if attrs.count_include_pad else (begin, begin + size)
             factor = _window_count(i[2 + a] * attrs.strides[a], attrs.pool_size[a], attrs.dilation[a], low, high)
             count = factor if count is None else count * factor
-        return te.cast(total[i] / te.cast(te.max(count, 1), accumulate), data.dtype)
-    return te.compute(out_shape, average, name="T_avg_pool", tag=tags.ELEMWISE)
+        return const_like(1, accumulate) / te.cast(te.max(count, 1), accumulate)
+    average = te.compute(out_shape, lambda *i: te.sum(te.cast(tap(i), accumulate) * inverse_count(i), axis=axes),
+                         name="T_avg_pool", tag=tags.COMM_REDUCE)
+    if accumulate == data.dtype:
+        return average
+    return te.compute(out_shape, lambda *i: te.cast(average[i], data.dtype), name="T_avg_pool_cast",
+                      tag=tags.ELEMWISE)
 
 
 def max_pool_indices(inputs, attrs, out_type):
