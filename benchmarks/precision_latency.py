@@ -9,8 +9,9 @@ every precision and every `-mcpu` of `--cpus` (haswell: AVX2, so the int8 GEMM r
 vpmaddwd path; native: the host's, e.g. VNNI). The measurement is interleaved: each round
 runs every (cpu, threads, precision) `--runs` times, so a change in the machine's load
 touches all of them alike; the table gives the median over all runs of each and the ratio to
-float32 of the same cpu and threads. The load average is printed before and after: on a
-shared machine read the ratios, not the milliseconds.
+float32 of the same cpu and threads: of wall time, and of the process's CPU time (all its
+threads; at 1 thread it is the latency without the time other processes took the core).
+The load average is printed before and after: on a shared machine read the ratios.
 """
 from __future__ import annotations
 
@@ -85,17 +86,25 @@ def main(argv: list[str] | None = None) -> int:
                         lib = libs[(cpu, precision)]
                         lib.run([feed])   # warm: the thread team, the caches
                         for _ in range(args.runs):
-                            began = time.perf_counter()
+                            began, cpu_began = time.perf_counter(), time.process_time()
                             lib.run([feed])
                             times.setdefault((cpu, count, precision), []).append(time.perf_counter() - began)
+                            times.setdefault((cpu, count, precision, "cpu"), []).append(
+                                time.process_time() - cpu_began)
         print(f"   measured; load average {_load()}")
         print(f"   {'cpu':8s} {'threads':>7s} " + " ".join(f"{p + ' ms':>11s}" for p in PRECISIONS) +
+              "   fp16/fp32  int8/fp32 | CPU time: " + " ".join(f"{p + ' ms':>11s}" for p in PRECISIONS) +
               "   fp16/fp32  int8/fp32")
         for cpu in cpus:
             for count in threads:
-                medians = {p: 1e3 * statistics.median(times[(cpu, count, p)]) for p in PRECISIONS}
-                print(f"   {cpu:8s} {count:7d} " + " ".join(f"{medians[p]:11.2f}" for p in PRECISIONS) +
-                      f"   {medians['float16'] / medians['float32']:9.2f}  {medians['int8'] / medians['float32']:9.2f}")
+                line = f"   {cpu:8s} {count:7d} "
+                for kind in ((), ("cpu",)):
+                    medians = {p: 1e3 * statistics.median(times[(cpu, count, p, *kind)]) for p in PRECISIONS}
+                    line += " ".join(f"{medians[p]:11.2f}" for p in PRECISIONS)
+                    line += (f"   {medians['float16'] / medians['float32']:9.2f}  "
+                             f"{medians['int8'] / medians['float32']:9.2f}")
+                    line += " | CPU time: " if not kind else ""
+                print(line)
     tk.runtime.set_num_threads(0)
     return 0
 
