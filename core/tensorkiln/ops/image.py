@@ -119,7 +119,8 @@ def _antialias_weight(method: str, distance, a: float):
     return select(x <= 1.0, near, select(x < 2.0, far, _f(0.0)))
 
 
-def _resize_axis_antialias(data: te.Tensor, axis: int, out_size: int, scale: float, roi, attrs) -> te.Tensor:
+def _resize_axis_antialias(data: te.Tensor, axis: int, out_size: int, scale: float, roi, attrs,
+                           accumulate: str = _F64) -> te.Tensor:
     """`data` (float64) resized along `axis` by the antialiased kernel: a sum over its taps (a
     reduction, so each axis is one stage and the taps never multiply across axes), each weight
     divided by the taps' total, computed per output index in a 1-D stage."""
@@ -148,7 +149,8 @@ def _resize_axis_antialias(data: te.Tensor, axis: int, out_size: int, scale: flo
         index = list(i)
         index[axis] = source
         norm = total[i[axis]]
-        return te.sum(data[tuple(index)] * (w / select(norm.equal(_f(0.0)), _f(1.0), norm)), axis=t)
+        term = data[tuple(index)] * (w / select(norm.equal(_f(0.0)), _f(1.0), norm))
+        return te.sum(term if accumulate == _F64 else te.cast(term, accumulate), axis=t)
     shape = list(data.shape)
     shape[axis] = out_size
     out = te.compute(tuple(shape), body, name=f"T_resize_axis{axis}", tag=tags.COMM_REDUCE)
@@ -162,9 +164,16 @@ def _resize_axis_antialias(data: te.Tensor, axis: int, out_size: int, scale: flo
 
 
 def _resize_antialias(x: te.Tensor, resized, attrs, out_shape) -> te.Tensor:
+    """Float32 / float64 data: the last axis accumulates in the data's type, so its reduction is the
+    output (an elementwise cast after it would make the reduce schedule parallelize inner loops only)."""
     current = te.compute(x.shape, lambda *i: te.cast(x[i], _F64), name="T_resize_f64", tag=tags.ELEMWISE)
-    for axis, roi in resized:
-        current = _resize_axis_antialias(current, axis, out_shape[axis], attrs.scales[axis], roi, attrs)
+    direct = x.dtype in ("float32", "float64") and attrs.coordinate_transformation_mode != "tf_crop_and_resize"
+    for position, (axis, roi) in enumerate(resized):
+        last = position == len(resized) - 1
+        current = _resize_axis_antialias(current, axis, out_shape[axis], attrs.scales[axis], roi, attrs,
+                                         x.dtype if last and direct else _F64)
+    if direct:
+        return current
     is_int = not dtype_of(x.dtype).is_float
     final = current
     return te.compute(out_shape, lambda *i: te.cast(te.round(final[i]) if is_int else final[i], x.dtype),
