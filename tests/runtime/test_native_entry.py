@@ -137,27 +137,32 @@ def test_use_native_false_and_the_profiler_run_step_by_step(cnn_lib):
     _bitwise_equal(cnn_lib.run({"x": X}), python)
 
 
-def test_control_flow_falls_back_to_the_python_executor_and_its_bodies_run_native():
+def test_control_flow_steps_run_in_python_between_native_calls_and_their_bodies_run_native():
     x = graph.var("x", (4,))
     flag = graph.var("flag", (), dtype="bool")
     p, q = graph.Var("p", x.checked_type), graph.Var("q", x.checked_type)
     expr = graph.call("if", flag, graph.call("exp", x), then_branch=graph.Function((p,), graph.call("tanh", p)),
                       else_branch=graph.Function((q,), q * graph.const(np.float32(3))))
-    lib = tk.compile(graph.Module.from_expr(expr), "cpu_llvm")
-    kind = lib.summary()["executor"]
-    assert kind.startswith(f"{PYTHON_EXECUTOR}: control-flow steps run host programs")
+    lib = tk.compile(graph.Module.from_expr(graph.call("sigmoid", expr)), "cpu_llvm")
+    assert lib.summary()["executor"] == "native entry (2 native calls per run, with control-flow steps in Python " \
+                                       "between them)"
+    assert [(s.native, s.end - s.begin) for s in lib.executor._segments] == [(True, 1), (False, 1), (True, 1)]
     value = np.linspace(-1, 1, 4).astype(np.float32)
-    np.testing.assert_allclose(lib(flag=np.array(True), x=value), np.tanh(np.exp(value)), rtol=1e-6)
-    np.testing.assert_allclose(lib(flag=np.array(False), x=value), np.exp(value) * 3, rtol=1e-6)
+    sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    np.testing.assert_allclose(lib(flag=np.array(True), x=value), sigmoid(np.tanh(np.exp(value))), rtol=1e-6)
+    np.testing.assert_allclose(lib(flag=np.array(False), x=value), sigmoid(np.exp(value) * 3), rtol=1e-6)
+    for flag in (True, False):
+        _bitwise_equal(lib.run({"flag": np.array(flag), "x": value}),
+                       lib.executor.run_with({"flag": np.array(flag), "x": value}, native=False))
     (program,) = lib.host_programs.values()
     assert [body.executor.executor_kind for body in program.bodies] == [NATIVE_EXECUTOR] * 2
 
 
-def test_gather_indices_computed_in_the_graph_fall_back_and_stay_checked():
+def test_gather_indices_computed_in_the_graph_are_checked_between_native_calls():
     data = graph.var("data", (3, 4))
     idx = graph.var("idx", (3,), dtype="int64")
     lib = tk.compile(graph.Module.from_expr(graph.take(data, idx + graph.const(np.int64(1)), axis=0)), "cpu_llvm")
-    assert "gathers with indices computed in the graph" in lib.summary()["executor"]
+    assert lib.summary()["executor"] == "native entry (2 native calls per run: gather indices are checked between them)"
     table = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(lib(data=table, idx=np.array([1, -4, 0], np.int64)), table[[2, 0, 1]])
     with pytest.raises(RuntimeLaunchError, match=r"index 3"):

@@ -164,10 +164,13 @@ class GraphExecutor:
         self._input_layouts = native_entry.input_dtypes(self.plan)
         self._index_checked_steps = [self.plan.steps[i] for i in range(len(self.plan.steps))
                                      if self.plan.steps[i].index_checks]
-        # the entry may read the caller's arrays in place unless Python reads an input from the
-        # state afterwards: an index check, or an input that is also an output
         self._input_positions = {self.plan.values[v].name: i for i, v in enumerate(self.plan.inputs)}
-        self._inputs_in_place = not self._index_checked_steps and not set(self.plan.inputs) & set(self.plan.outputs)
+        self._levels = native_entry.plan_levels(self.plan)
+        self._segments = native_entry.segments(self.plan, self._levels, tuple(programs))
+        # the entry may read the caller's arrays in place unless Python reads an input from the
+        # state: an index check, a control-flow step, or an input that is also an output
+        self._inputs_in_place = not self._index_checked_steps and not programs \
+            and not set(self.plan.inputs) & set(self.plan.outputs)
         self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
         self._pool_lock = threading.Lock()
         self._free_states: list[_ExecutionState] = [_ExecutionState(self)]   # fails here, not at the first run
@@ -269,6 +272,13 @@ class GraphExecutor:
     def executor_kind(self) -> str:
         """How runs execute: the native entry, or the Python executor and why."""
         if self.native_entry is not None and self.use_native:
+            python = sum(1 for s in self._segments if not s.native)
+            calls = len(self._segments) - python
+            if python:
+                return (f"native entry ({calls} native calls per run, with control-flow steps in Python "
+                        f"between them)")
+            if calls > 1:
+                return f"native entry ({calls} native calls per run: gather indices are checked between them)"
             return native_entry.NATIVE_EXECUTOR
         return f"{native_entry.PYTHON_EXECUTOR}: {self.native_reason or 'use_native is False'}"
 
@@ -279,22 +289,32 @@ class GraphExecutor:
         pool (the memory plan keeps their storages apart) unless `self.concurrent` is False.
         `input_addresses`: the native entry reads the inputs there instead of from the state."""
         if state.native is not None and (self.use_native if native is None else native):
-            for step in self._index_checked_steps:   # indices are graph inputs here (native_entry.static_reason)
-                state.check_indices(step)
             overlap = self.overlap_width() if self.concurrent and self.plan.concurrent_levels else 1
-            state.native.run(input_addresses, overlap)
+            for segment in self._segments:
+                if not segment.native:   # control-flow steps, between native calls
+                    self._run_levels(state, self._levels[segment.begin:segment.end], overlap, None)
+                    continue
+                for index in segment.checks:
+                    state.check_indices(self.plan.steps[index])
+                state.native.run(input_addresses, overlap, segment.begin, segment.end)
             self.last_step_times = []
             return
         times = [0.0] * len(self.plan.steps)
+        overlap = self.overlap_width() if self.concurrent else 1
+        self._run_levels(state, self.plan.concurrent_levels or self._levels, overlap, times)
+        self.last_step_times = times
 
+    def _run_levels(self, state: _ExecutionState, levels, overlap: int, times: list[float] | None) -> None:
+        """Run `levels` step by step from Python (on the thread pool when `overlap` > 1), recording
+        each step's seconds in `times` when given."""
         def launch(index: int) -> None:
             start = time.perf_counter()
             state.calls[index]()
-            times[index] = time.perf_counter() - start
+            if times is not None:
+                times[index] = time.perf_counter() - start
 
-        levels = self.plan.concurrent_levels if self.concurrent and self.overlap_width() > 1 else ()
-        if not levels:
-            levels = tuple((index,) for index in range(len(self.plan.steps)))
+        if overlap <= 1 or not self.plan.concurrent_levels:
+            levels = tuple((index,) for level in levels for index in level)
         for level in levels:
             for index in level:  # mirrors are filled here, in this thread, before any step of the level starts
                 state.check_indices(self.plan.steps[index])
@@ -305,7 +325,6 @@ class GraphExecutor:
             futures = [self._steps_pool().submit(launch, index) for index in level]
             for future in futures:
                 future.result()  # re-raises the first kernel error after the level finished
-        self.last_step_times = times
 
     def overlap_width(self) -> int:
         """How many kernels of a concurrent level may run at once: the cores each kernel's own

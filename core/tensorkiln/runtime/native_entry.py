@@ -4,14 +4,16 @@ A plan whose every step is a kernel of one host-memory target can run as one nat
 (`LoadedModule.build_plan_entry`, tensorkiln.sdk.plan_entry): the kernels are called in
 order over the same arena, at the memory plan's offsets, as the Python loop would call them,
 so the outputs are the same bits. The Python loop stays for everything the native call
-cannot do: control-flow steps (If/Loop/Scan run host programs), steps on several targets
-(copies between devices), gather indices computed inside the graph (checked between
-steps), a kernel that writes a constant or an input, and profiling (per-step timers).
-`native_reason` says which applies; `CompiledModel.summary()["executor"]` shows it.
+cannot do: steps on several targets (copies between devices), a kernel that writes a constant
+or an input, and profiling (per-step timers); `native_reason` says which applies and
+`CompiledModel.summary()["executor"]` shows it. Control-flow steps (If/Loop/Scan run host
+programs) split a run into native calls with the Python loop running those steps between
+them (`segments`), and a gather whose indices must be checked starts a new native call.
 """
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,7 +22,7 @@ from ..ir.dtypes import to_numpy
 from ..sdk.arg_checks import written_params
 from ..sdk.plan_entry import PlanEntry, PlanEntrySpec, PlanEntryStep, Slot
 
-__all__ = ["static_reason", "build_native_entry", "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
+__all__ = ["static_reason", "Segment", "plan_levels", "segments", "build_native_entry", "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
            "PYTHON_EXECUTOR", "NATIVE_EXECUTOR"]
 
 NATIVE_EXECUTOR = "native entry (one call per run)"
@@ -31,19 +33,44 @@ def static_reason(plan, host_programs: Sequence[str]) -> str:
     """Why `plan` must run in the Python executor whatever the target offers ("" when nothing stops it)."""
     if not plan.steps:
         return "the plan has no steps"
-    host = [step.kernel for step in plan.steps if step.kernel in host_programs]
-    if host:
-        return f"control-flow steps run host programs ({', '.join(host[:3])})"
+    if all(step.kernel in host_programs for step in plan.steps):
+        return "every step is a control-flow step (a host program)"
     targets = sorted({step.target for step in plan.steps})
     if len(targets) > 1:
         return f"steps run on several targets ({', '.join(t.split()[0] for t in targets)})"
-    inputs = set(plan.inputs)
-    for step in plan.steps:
-        for check in step.index_checks:
-            if step.inputs[check.input] not in inputs:
-                return (f"kernel {step.kernel} gathers with indices computed in the graph "
-                        f"(checked between steps)")
     return ""
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Levels `begin` to `end` (exclusive) of a run: one call of the native entry, or (`native` False)
+    control-flow steps the Python loop runs. `checks`: steps whose gather indices Python checks
+    before the segment (they start a native segment: their indices may come from earlier levels)."""
+
+    native: bool
+    begin: int
+    end: int
+    checks: tuple[int, ...] = ()
+
+
+def plan_levels(plan) -> tuple[tuple[int, ...], ...]:
+    """The plan's concurrent levels, or one level per step."""
+    return tuple(plan.concurrent_levels) or tuple((index,) for index in range(len(plan.steps)))
+
+
+def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
+    """Split a run into native calls and Python stretches: a level holding a control-flow step runs in
+    Python; a level holding a gather whose indices must be checked starts a new native call."""
+    found: list[Segment] = []
+    for number, level in enumerate(levels):
+        host = any(plan.steps[i].kernel in host_programs for i in level)
+        checks = tuple(i for i in level if plan.steps[i].index_checks)
+        last = found[-1] if found else None
+        if last is not None and last.native == (not host) and last.end == number and not checks:
+            found[-1] = Segment(last.native, last.begin, number + 1, last.checks)
+        else:
+            found.append(Segment(not host, number, number + 1, checks if not host else ()))
+    return tuple(found)
 
 
 def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
@@ -56,8 +83,12 @@ def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
     input_index = {value_id: index for index, value_id in enumerate(plan.inputs)}
     constant_index: dict[int, int] = {}
     module = executor.compiled.loaded_module(target)
+    host_programs = getattr(executor.compiled, "host_programs", {}) or {}
     steps = []
     for step in plan.steps:
+        if step.kernel in host_programs:   # run by Python between native calls; never called by the entry
+            steps.append(PlanEntryStep("", ()))
+            continue
         try:
             signature = module.artifact.kernel(step.kernel)
         except KeyError:   # a step the executor runs some other way (a host step of a kind added later)
@@ -79,7 +110,7 @@ def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
                 slots.append(Slot("arena", storages[value.storage].offset))
         steps.append(PlanEntryStep(step.kernel, tuple(slots)))
     spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), executor.arena_sizes.get(target, 0),
-                         tuple(plan.concurrent_levels))
+                         plan_levels(plan))
     return spec, list(constant_index), ""
 
 
@@ -117,14 +148,15 @@ class NativeBinding:
         self.state_inputs = (ctypes.c_void_p * count)(*(b.ctypes.data for b in input_buffers))
         self.call_inputs = (ctypes.c_void_p * count)()
 
-    def run(self, addresses: Sequence[int] | None = None, overlap: int = 1) -> None:
+    def run(self, addresses: Sequence[int] | None, overlap: int, begin: int, end: int) -> None:
+        """Run levels `begin` to `end` of the plan."""
         if addresses is None:
-            self.entry(self.state_inputs, self.constants, self.arena_address, overlap)
+            self.entry(self.state_inputs, self.constants, self.arena_address, overlap, begin, end)
             return
         slots = self.call_inputs
         for index, address in enumerate(addresses):
             slots[index] = address
-        self.entry(slots, self.constants, self.arena_address, overlap)
+        self.entry(slots, self.constants, self.arena_address, overlap, begin, end)
 
 
 IN_PLACE_BYTES = 1 << 18

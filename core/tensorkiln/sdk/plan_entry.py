@@ -10,7 +10,9 @@ executor like TVM's). The ABI, as C::
     int32_t run(void* const* inputs,     // the model's inputs, in plan order
                 void* const* constants,  // the plan's constants, in the order of the spec's slots
                 uint8_t* arena,          // the run's arena: intermediates and outputs at their offsets
-                int32_t overlap);        // how many steps of one concurrent level may run at once
+                int32_t overlap,         // how many steps of one concurrent level may run at once
+                int32_t level_begin,     // run levels [level_begin, level_end) of `PlanEntrySpec.levels`
+                int32_t level_end);
 
 `inputs` and `constants` hold at least one pointer each (a model without constants passes a
 table with one NULL). It returns 0, or `((step + 1) << 16) | code` when the packed function of `step` returned
@@ -46,9 +48,10 @@ SPEC_SYMBOL = "tensorkiln_plan_spec"
 """A NUL-terminated string beside it: the `spec_digest` of the spec it was built for."""
 
 PLAN_ENTRY_FUNCTION = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p),
-                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int32)
+                                       ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p, ctypes.c_int32,
+                                       ctypes.c_int32, ctypes.c_int32)
 """The C type of a plan entry: int32_t (void* const* inputs, void* const* constants, uint8_t* arena,
-int32_t overlap)."""
+int32_t overlap, int32_t level_begin, int32_t level_end)."""
 
 
 def encode_step_error(step: int, code: int) -> int:
@@ -67,7 +70,9 @@ class Slot:
 
 @dataclass(frozen=True)
 class PlanEntryStep:
-    """Call kernel `kernel` (a name of the module's artifact) on `args`, in its parameter order."""
+    """Call kernel `kernel` (a name of the module's artifact) on `args`, in its parameter order. A step
+    the caller runs itself (a control-flow step) has kernel "" and no args; the entry never calls it,
+    as the caller never asks for a level range holding one."""
 
     kernel: str
     args: tuple[Slot, ...]
@@ -76,8 +81,8 @@ class PlanEntryStep:
 @dataclass(frozen=True)
 class PlanEntrySpec:
     """The whole plan as the entry sees it: steps in order, how many inputs and constants the
-    caller passes, the arena's size in bytes, and the plan's concurrent levels (consecutive step
-    indices that may run at the same time; empty: one step per level). With `overlap` > 1 an
+    caller passes, the arena's size in bytes, and the plan's levels (consecutive step indices that
+    may run at the same time, covering every step in order; empty: one step per level). With `overlap` > 1 an
     entry may run up to that many steps of a level at once (the memory plan keeps their storages
     apart), as the Python executor does on its thread pool; with 1 it runs them in order."""
 
@@ -106,9 +111,13 @@ class PlanEntry:
         self._owner = owner
         self._signature_of = signature_of
 
-    def __call__(self, inputs, constants, arena_address: int, overlap: int = 1) -> None:
-        """Run the plan: `inputs` and `constants` are ctypes arrays of c_void_p; raises on an error code."""
-        code = self.function(inputs, constants, arena_address, overlap)
+    def __call__(self, inputs, constants, arena_address: int, overlap: int = 1, begin: int = 0,
+                 end: int | None = None) -> None:
+        """Run levels `begin` to `end` (default: all) of the plan: `inputs` and `constants` are ctypes arrays
+        of c_void_p; raises on an error code."""
+        if end is None:
+            end = len(self.spec.levels) if self.spec.levels else len(self.spec.steps)
+        code = self.function(inputs, constants, arena_address, overlap, begin, end)
         if code != 0:
             raise RuntimeLaunchError(self.describe_error(code))
 

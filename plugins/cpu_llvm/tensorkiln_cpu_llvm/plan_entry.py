@@ -3,8 +3,9 @@
 `build_plan_entry(module, spec)` (what `JITModule.build_plan_entry` returns; the contract is
 tensorkiln.sdk.plan_entry) emits, for the kernels already loaded in `module`::
 
-    int32_t tensorkiln_plan_run(void** inputs, void** constants, uint8_t* arena, int32_t overlap) {
-      for each concurrent level:              // one step per level when the plan has none
+    int32_t tensorkiln_plan_run(void** inputs, void** constants, uint8_t* arena, int32_t overlap,
+                                int32_t level_begin, int32_t level_end) {
+      for each level from level_begin to level_end:   // one step per level when the plan has none
         if min(overlap, width) > 1: GOMP_parallel(level_body, ...)   // thread t: steps j % team == t
         else for each step s of the level:
           TKArg args[MAX_ARGS];               // on the stack: concurrent runs share nothing
@@ -83,13 +84,15 @@ class _EntryBuilder:
         module = self.module
         functions = []
         for callee in callees:
-            if isinstance(callee, str):
+            if callee is None:   # a step the caller runs itself (PlanEntryStep with kernel "")
+                functions.append(ir.Constant(PTR, None))
+            elif isinstance(callee, str):
                 functions.append(declare(module, callee, I32, [TKARG_TYPE.as_pointer(), I32]).bitcast(PTR))
             else:
                 functions.append(ir.Constant(I64, callee).inttoptr(PTR))
         first, slots, meta, shape_at, dims, shapes = [0], [], [], [], [], {}
         for step, signature in zip(spec.steps, signatures):
-            for slot, param in zip(step.args, signature.params):
+            for slot, param in zip(step.args, signature.params if signature is not None else ()):
                 extents = tuple(param.shape)
                 if extents not in shapes:
                     shapes[extents] = len(dims)
@@ -100,7 +103,7 @@ class _EntryBuilder:
                 shape_at.append(shapes[extents])
             first.append(len(slots))
         levels = spec.levels or tuple((index,) for index in range(len(spec.steps)))
-        self.widest = max(len(step.args) for step in spec.steps)
+        self.widest = max(1, *(len(step.args) for step in spec.steps))
         self.fns = _table(module, "fns", PTR, functions)
         self.first = _table(module, "first", I32, first)
         self.slots = _table(module, "slots", I64, slots)
@@ -108,7 +111,6 @@ class _EntryBuilder:
         self.shape_at = _table(module, "shape_at", I32, shape_at)
         self.dims = _table(module, "dims", I64, dims)
         self.levels = _table(module, "levels", I32, [level[0] for level in levels] + [len(spec.steps)])
-        self.level_count = len(levels)
         self.memcpy = None
 
     @staticmethod
@@ -176,16 +178,18 @@ class _EntryBuilder:
     def emit(self) -> str:
         run_step = self._run_step()
         level_body = self._level_body(run_step)
-        function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32]),
-                               ENTRY_SYMBOL)
-        inputs, constants, arena, overlap = function.args
-        inputs.name, constants.name, arena.name, overlap.name = "inputs", "constants", "arena", "overlap"
+        function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32,
+                                                                  I32]), ENTRY_SYMBOL)
+        inputs, constants, arena, overlap, level_begin, level_end = function.args
+        for argument, name in zip(function.args, ("inputs", "constants", "arena", "overlap", "level_begin",
+                                                  "level_end")):
+            argument.name = name
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         context = builder.alloca(_CONTEXT, name="context")
         for field, value in ((_INPUTS, inputs), (_CONSTANTS, constants), (_ARENA_FIELD, arena)):
             builder.store(value, self._field(builder, context, field))
         gomp_parallel = declare(self.module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-        with for_range(builder, I32(0), I32(self.level_count), name="level") as level:
+        with for_range(builder, level_begin, level_end, name="level") as level:
             start = self._at(builder, self.levels, level)
             width = builder.sub(self._at(builder, self.levels, builder.add(level, I32(1))), start)
             team = builder.select(builder.icmp_signed("<", overlap, width), overlap, width)
@@ -213,10 +217,11 @@ def _entry_config(target):
     return dataclasses.replace(machine_config(target), opt_level=0)
 
 
-def _kernels(artifact, spec: PlanEntrySpec) -> tuple[list, list[str]]:
-    """Each step's signature and packed function symbol."""
-    signatures = [artifact.kernel(step.kernel) for step in spec.steps]
-    symbols = [artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel) for step in spec.steps]
+def _kernels(artifact, spec: PlanEntrySpec) -> tuple[list, list[str | None]]:
+    """Each step's signature and packed function symbol (None for a step the caller runs itself)."""
+    signatures = [artifact.kernel(step.kernel) if step.kernel else None for step in spec.steps]
+    symbols = [artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel) if step.kernel else None
+               for step in spec.steps]
     return signatures, symbols
 
 
@@ -234,6 +239,9 @@ def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
     signatures, symbols = _kernels(loaded.artifact, spec)
     addresses = []
     for step, symbol in zip(spec.steps, symbols):
+        if symbol is None:
+            addresses.append(None)
+            continue
         address = loaded.engine.get_function_address(symbol)
         if not address:
             raise CompileError(f"cpu_llvm plan entry: kernel {step.kernel!r} (symbol {symbol!r}) is not in the "
