@@ -15,9 +15,10 @@ stateful API (`set_input`, `run()`, `get_output`, `value`, `run_step`) works on 
 state of its own, kept between calls, behind a lock: each method is atomic, but
 a sequence of them from several threads interleaves; call `run_with` from threads.
 
-Native entry. When every step is a kernel of one host-memory target whose loaded module
-offers a whole-plan entry (cpu_llvm does; runtime/native_entry.py), a run is one native
-call that runs the kernels in order over the state's arena, and `run_with` hands large
+Native entry. When every step runs on one host-memory target whose loaded module offers a
+whole-plan entry (cpu_llvm does; runtime/native_entry.py), a run is one native call that runs
+the kernels in order over the state's arena (control-flow steps run here, between native
+calls: `_segments`), and `run_with` hands large
 caller's input arrays to it without a copy when they already have the right dtype, shape
 and layout (native_entry.place_input). `native_reason` says why a plan runs step by step in Python instead;
 `use_native = False` (or `run_with(..., native=False)`) forces the Python loop (debugging,
