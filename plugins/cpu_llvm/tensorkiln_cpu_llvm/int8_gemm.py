@@ -22,6 +22,9 @@ The ISA (`Int8Isa`, chosen from the target's features, never from the build host
   the products are exact (vpmaddubsw would saturate its int16 pair sums for full-range
   8-bit operands), 2 bytes per int32 lane, 6 x 2 tile.
 
+(Where N is a multiple of one vector but not of two, the strategy asks for a one-vector tile
+of more rows instead: strategies/int8_gemm._tile_for.)
+
 vpdpbusd multiplies unsigned by signed bytes. Signed data is made unsigned by flipping
 its top bit (x + 128) when the A bytes are broadcast, and the excess 128 * sum_k W[k, n]
 is subtracted per column when the tile is stored (the column sums come out of packing).
@@ -161,7 +164,8 @@ class Int8ConvPlan:
     @property
     def symbol(self) -> str:
         kh, kw = self.kernel
-        return (f"tk_i8{self.kind}_{self.isa.name}_{'s' if self.signed else 'u'}_{self.batch}x{self.out_h}x"
+        return (f"tk_i8{self.kind}_{self.isa.name}_t{self.isa.mr}x{self.isa.nr}_{'s' if self.signed else 'u'}_"
+                f"{self.batch}x{self.out_h}x"
                 f"{self.out_w}x{self.channels}_{self.out_channels}_k{kh}x{kw}_s{self.strides[0]}x{self.strides[1]}"
                 f"_d{self.dilation[0]}x{self.dilation[1]}_b{self.tiles_per_item}x{self.slivers_per_item}"
                 f"{'_w' if self.whole_groups else ''}")

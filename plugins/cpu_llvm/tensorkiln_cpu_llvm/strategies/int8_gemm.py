@@ -13,6 +13,7 @@ avx2; none (the generic schedules run) without AVX2.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 from tensorkiln import te
@@ -123,10 +124,18 @@ def _blocks(plan_rows: int, slivers: int, mr: int, target) -> tuple[int, int]:
     return tiles_per_item, slivers_per_item
 
 
+def _tile_for(isa, out_channels: int):
+    """The ISA's register tile, one vector wide and twice as high where a two-vector sliver would leave
+    lanes empty (squeezenet's 16- and 48-channel squeeze convs): the same accumulators, no masked lanes."""
+    if out_channels % isa.nr and out_channels % isa.lanes == 0 or out_channels <= isa.lanes:
+        return dataclasses.replace(isa, mr=2 * isa.mr if isa.vector_bits == 256 else 12, vectors=1)
+    return isa
+
+
 def conv_plan(data_shape, weight_shape, out_shape, strides, dilation, signed: bool, target) -> Int8ConvPlan:
     """The plan of a conv: data padded NHWC, weight HWIO, output NHWC."""
-    isa = int8_isa(target)
     batch, out_h, out_w, out_channels = (int(d) for d in out_shape)
+    isa = _tile_for(int8_isa(target), out_channels)
     kh, kw, channels, _ = (int(d) for d in weight_shape)
     m, slivers = batch * out_h * out_w, -(-out_channels // isa.nr)
     tiles, per = _blocks(m, slivers, isa.mr, target)
@@ -137,7 +146,7 @@ def conv_plan(data_shape, weight_shape, out_shape, strides, dilation, signed: bo
 
 
 def dense_plan(m: int, n: int, k: int, signed: bool, target) -> Int8ConvPlan:
-    isa = int8_isa(target)
+    isa = _tile_for(int8_isa(target), n)
     tiles, per = _blocks(m, -(-n // isa.nr), isa.mr, target)
     return Int8ConvPlan(isa=isa, signed=signed, kind="dense", batch=m, out_h=1, out_w=1, channels=k,
                         out_channels=n, tiles_per_item=tiles, slivers_per_item=per)
