@@ -241,3 +241,22 @@ def test_a_library_entry_serves_only_the_spec_it_was_built_for(cnn_lib, tmp_path
     library = load_native_library(str(path))
     assert library.build_plan_entry(spec) is not None
     assert library.build_plan_entry(replace(spec, arena_bytes=spec.arena_bytes + 64)) is None
+
+
+def test_segments_split_at_control_flow_and_at_checks_of_computed_indices():
+    from tensorkiln.runtime.native_entry import Segment, plan_levels, segments
+    from tensorkiln.runtime.plan import ExecutionPlan, IndexCheck, KernelStep, ValueInfo
+
+    values = tuple(ValueInfo(i, (4,), "int64", "input" if i < 2 else "intermediate", f"v{i}") for i in range(7))
+    check = IndexCheck(input=1, extents=(4,), op="take")
+    steps = (KernelStep("a", "cpu_llvm", (0,), (2,), ("add",)),
+             KernelStep("if", "cpu_llvm", (2,), (3,), ("if",)),
+             KernelStep("take_input", "cpu_llvm", (3, 1), (4,), ("take",), index_checks=(check,)),
+             KernelStep("b", "cpu_llvm", (4,), (5,), ("add",)),
+             KernelStep("take_computed", "cpu_llvm", (5, 3), (6,), ("take",), index_checks=(check,)))
+    plan = ExecutionPlan(values, steps, inputs=(0, 1), outputs=(6,))
+    assert segments(plan, plan_levels(plan), ("if",)) == (
+        Segment(True, 0, 1, (2,)),      # the gather of a model input is checked before the first call
+        Segment(False, 1, 2),           # the If, in Python
+        Segment(True, 2, 4),
+        Segment(True, 4, 5, (4,)))      # indices computed by step 3: checked after it, before this call

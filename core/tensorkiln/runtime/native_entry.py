@@ -61,15 +61,25 @@ def plan_levels(plan) -> tuple[tuple[int, ...], ...]:
 def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
     """Split a run into native calls and Python stretches: a level holding a control-flow step runs in
     Python; a level holding a gather whose indices must be checked starts a new native call."""
+    inputs = set(plan.inputs)
+
+    def computed(index: int) -> bool:   # its indices come from another step, not from a model input
+        step = plan.steps[index]
+        return any(step.inputs[check.input] not in inputs for check in step.index_checks)
+
     found: list[Segment] = []
     for number, level in enumerate(levels):
         host = any(plan.steps[i].kernel in host_programs for i in level)
         checks = tuple(i for i in level if plan.steps[i].index_checks)
         last = found[-1] if found else None
-        if last is not None and last.native == (not host) and last.end == number and not checks:
-            found[-1] = Segment(last.native, last.begin, number + 1, last.checks)
+        if last is not None and last.native == (not host) and not any(computed(i) for i in checks):
+            found[-1] = Segment(last.native, last.begin, number + 1, last.checks + checks if not host else ())
         else:
             found.append(Segment(not host, number, number + 1, checks if not host else ()))
+    if found and found[0].native:   # indices that are model inputs are checked before the first call
+        early = tuple(i for s in found[1:] if s.native for i in s.checks if not computed(i))
+        found = [Segment(True, found[0].begin, found[0].end, found[0].checks + early),
+                 *(Segment(s.native, s.begin, s.end, tuple(i for i in s.checks if computed(i))) for s in found[1:])]
     return tuple(found)
 
 
