@@ -138,6 +138,10 @@ def _cell(text: str, limit: int = 240) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
+def _cases(count: int) -> str:
+    return f"{count} case{'' if count == 1 else 's'}"
+
+
 def _op_of(name: str, ops: dict) -> str:
     base = re.sub(r"\[\d+\]$", "", name)
     return ops.get(base.removesuffix("_expanded")) or ops.get(base, "?")
@@ -167,7 +171,7 @@ def report(ours: dict, theirs: dict, ops: dict, target: str) -> str:
         f"| all | {_rate(ours)} | {_rate(theirs)} |",
         f"| float32 only | {_rate(ours, True)} | {_rate(theirs, True)} |",
         "",
-        f"## Ops whose cases onnxruntime passes and tensorkiln does not ({len(ort_only)} cases)",
+        f"## Ops whose cases onnxruntime passes and tensorkiln does not ({_cases(len(ort_only))})",
         "",
         "| op | cases | reason (first case) |",
         "|---|---|---|",
@@ -178,7 +182,7 @@ def report(ours: dict, theirs: dict, ops: dict, target: str) -> str:
         lines.append(f"| {op} | {_cell(', '.join(names), 400)} | {_cell(_reason(names[0], first['detail']))} |")
     lines += [
         "",
-        f"## Every case tensorkiln does not pass ({len(missing)})",
+        f"## Every case tensorkiln does not pass ({_cases(len(missing))})",
         "",
         "Status `unsupported`: tensorkiln refuses the model with an error saying what it lacks; `fail`: it runs "
         "and the values (or a crash) differ. The onnxruntime column says whether onnxruntime passes the case.",
@@ -207,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     ours, theirs, ops = run(args.target, max(1, args.jobs), args.k)
     Path(args.output).write_text(report(ours, theirs, ops, args.target))
     if args.json:
-        Path(args.json).write_text(json.dumps({"tensorkiln": ours, "onnxruntime": theirs}, indent=1, sort_keys=True))
+        Path(args.json).write_text(json.dumps({"tensorkiln": ours, "onnxruntime": theirs, "ops": ops}, indent=1, sort_keys=True))
     print(f"tensorkiln {args.target}: all {_rate(ours)}, float32 only {_rate(ours, True)}")
     print(f"onnxruntime:        all {_rate(theirs)}, float32 only {_rate(theirs, True)}")
     print(f"wrote {args.output} in {time.time() - start:.0f} s", file=sys.stderr)
