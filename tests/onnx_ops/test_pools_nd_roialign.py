@@ -154,6 +154,7 @@ def test_max_pool_indices_with_storage_order(storage_order, shape, attrs):
     (dict(strides=[2, 1, 2], pads=[1, 0, 0, 0, 1, 1], output_padding=[1, 0, 1]), (4, 3, 2, 3, 2)),
     (dict(group=2, dilations=[1, 2, 1], strides=[1, 1, 2]), (4, 2, 3, 2, 2)),
     (dict(strides=[2, 2, 1], output_shape=[7, 6, 5]), (4, 2, 3, 2, 2)),
+    (dict(strides=[2, 2, 1], output_shape=[8, 7, 5]), (4, 2, 3, 2, 2)),   # odd crops: more at the start
     (dict(strides=[2, 1, 2], auto_pad="SAME_UPPER"), (4, 1, 3, 2, 3)),
 ])
 def test_conv_transpose_3d(attrs, weight_shape):

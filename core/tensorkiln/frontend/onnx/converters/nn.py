@@ -70,10 +70,10 @@ def _conv_transpose(node: OnnxNode) -> Expr:
         for i in range(rank):
             total = (strides[i] * (data.shape[2 + i] - 1) + output_padding[i] + (kernel[i] - 1) * dilations[i] + 1
                      - sizes[i])
-            if mode == "SAME_LOWER":
-                begin, end = total - total // 2, total // 2
-            else:
+            if mode == "SAME_UPPER":
                 begin, end = total // 2, total - total // 2
+            else:   # SAME_LOWER, and NOTSET with output_shape: ONNX (and onnxruntime) crop more at the start
+                begin, end = total - total // 2, total // 2
             if begin + end < 0:  # a negative crop grows the output at its end: that is output padding
                 output_padding[i] += -(begin + end)
                 begin = end = 0
