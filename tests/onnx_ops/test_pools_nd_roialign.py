@@ -259,3 +259,13 @@ def test_bad_shapes_are_refused_with_the_op_and_shapes():
         get_op("image.roi_align").type_rule(
             (TensorType((1, 2, 5, 5), "float32"), TensorType((2, 4), "float32"), TensorType((3,), "int64")),
             RoiAlignAttrs())
+
+
+def test_roi_align_batch_index_out_of_range_is_refused_at_run_time():
+    x = _data((2, 1, 4, 4), 13)
+    inputs = {"x": x, "rois": np.array([[0, 0, 2, 2]], "float32"), "batch": np.array([1], np.int64)}
+    node = helper.make_node("RoiAlign", ["x", "rois", "batch"], ["y"], output_height=2, output_width=2)
+    rep = onnx_backend.prepare(_model(node, inputs, [("y", TensorProto.FLOAT)], opset=16))
+    assert rep.run(list(inputs.values()))[0].shape == (1, 1, 2, 2)
+    with pytest.raises(Exception, match=r"image.roi_align: index 5 .* out of range for an axis of size 2"):
+        rep.run([x, inputs["rois"], np.array([5], np.int64)])

@@ -96,7 +96,9 @@ def roi_align(inputs, attrs, out_type):
         y, x = rows.position(ph, ky), columns.position(pw, kx)
         counted = n.And(ky < rows.grid, kx < columns.grid)
         inside = n.And(n.Not(rows.outside(y)), n.Not(columns.outside(x)))
-        batch = te.min(te.max(te.cast(batch_indices[r], "int32"), _int(0)), _int(int(data.shape[0]) - 1))
+        # the executor checked batch_indices against [-N, N) (IndexBounds); negatives count from the end
+        batch = te.cast(batch_indices[r], "int32")
+        batch = te.min(te.max(select(batch < 0, batch + int(data.shape[0]), batch), _int(0)), _int(int(data.shape[0]) - 1))
         y_low, y_high, wy_low, wy_high = rows.taps(y)
         x_low, x_high, wx_low, wx_high = columns.taps(x)
         values = [te.cast(data[batch, c, yy, xx], _F64) * (wy * wx)

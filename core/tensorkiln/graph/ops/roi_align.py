@@ -15,7 +15,7 @@ import numpy as np
 from ...ir.dtypes import dtype_of
 from ...ir.errors import DTypeError, ShapeError
 from ..attrs import Attrs
-from ..registry import OpPattern, register_op
+from ..registry import IndexBounds, OpPattern, register_op
 from ..types import TensorType
 from ._rules import require_float, shape_text, tensor_args
 
@@ -79,8 +79,17 @@ def _axis_samples(start: float, bin_size: float, grid: int, bins: int, size: int
     return low, high, np.where(inside, 1.0 - fraction, 0.0), np.where(inside, fraction, 0.0), inside
 
 
+def _batch_bounds(arg_types, attrs) -> IndexBounds:
+    """batch_indices pick images of data: the executor checks them before a launch."""
+    return IndexBounds(2, (arg_types[0].shape[0],))
+
+
 def _roi_align_reference(data, rois, batch_indices, attrs: RoiAlignAttrs):
-    _, channels, height, width = data.shape
+    batch, channels, height, width = data.shape
+    outside = (batch_indices < -batch) | (batch_indices >= batch)
+    if outside.any():
+        raise ShapeError(f"image.roi_align: batch_indices {batch_indices[outside][:4].tolist()} are out of range "
+                         f"for data {shape_text(data.shape)} with {batch} images")
     out = np.zeros((rois.shape[0], channels, attrs.output_height, attrs.output_width), dtype=np.float64)
     offset = 0.5 if attrs.half_pixel else 0.0
     for r, (x1, y1, x2, y2) in enumerate(rois.astype(np.float64) * attrs.spatial_scale - offset):
@@ -109,5 +118,5 @@ def _roi_align_reference(data, rois, batch_indices, attrs: RoiAlignAttrs):
 
 
 register_op("image.roi_align", attrs=RoiAlignAttrs, type_rule=_roi_align_type, reference=_roi_align_reference,
-            pattern=OpPattern.OPAQUE, num_inputs=3, tolerance={"float16": 5e-3, "float32": 1e-4},
+            pattern=OpPattern.OPAQUE, num_inputs=3, tolerance={"float16": 5e-3, "float32": 1e-4}, index_bounds=_batch_bounds,
             doc="ONNX RoiAlign: data (N, C, H, W), rois (R, 4), batch_indices (R,) -> (R, C, oh, ow).")
