@@ -95,8 +95,7 @@ def test_a_bound_kernel_still_raises_the_simulation_error():
     s = te.create_schedule(c.op)
     s[b].stream(4)
     lib = tk.build(s, [a, c], target="fpga_hls", name="sequential_bound")
-    kernel = tk.target("fpga_hls").spec.loader.load(lib.artifact if hasattr(lib, "artifact") else lib.module.artifact,
-                                                    tk.target("fpga_hls")).get_function("sequential_bound")
+    kernel = tk.target("fpga_hls").spec.loader.load(lib.artifact, tk.target("fpga_hls")).get_function("sequential_bound")
     call = kernel.bind(np.zeros(64, np.float32), np.zeros(64, np.float32))
     with pytest.raises(RuntimeLaunchError, match=r"write to a full stream B"):
         call()

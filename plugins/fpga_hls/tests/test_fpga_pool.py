@@ -67,12 +67,10 @@ def test_pool_kernel_shape_line_buffer_ii1_stream_and_estimate():
     assert kernel.index("L_y:") < kernel.index("T_pad_data_local[99]") < kernel.index("L_x:")
     assert kernel.count("#pragma HLS PIPELINE II=1") == 3 and "II=" not in kernel.replace("II=1", "")   # fill, sums, division
     assert 'tk::stream<tk_real> T_avg_pool2d_sum("T_avg_pool2d_sum", 2);' in kernel and "DATAFLOW" in kernel
-    estimate = f.artifact.metadata["kernels"]["avg_pool"]["estimate"] if hasattr(f, "artifact") else \
-        f.module.artifact.metadata["kernels"]["avg_pool"]["estimate"]
+    estimate = f.artifact.metadata["kernels"]["avg_pool"]["estimate"]
     assert estimate["BestLatency"] >= 75          # 5 x 5 outputs x 3 channels, one per cycle at best
     plain, _ = _build("avg", (3, 3), (2, 2), (1, 1, 1, 1), (9, 9, 3), {"line_buffer": 0, "stream_epilogue": 0})
-    plain_estimate = plain.artifact.metadata["kernels"]["avg_pool"]["estimate"] if hasattr(plain, "artifact") else \
-        plain.module.artifact.metadata["kernels"]["avg_pool"]["estimate"]
+    plain_estimate = plain.artifact.metadata["kernels"]["avg_pool"]["estimate"]
     assert estimate["BestLatency"] < plain_estimate["BestLatency"]
     assert "tk_line_buffer_fill" not in source                  # the fill's marker is no pragma
 
