@@ -160,13 +160,23 @@ _BINARY = {
     "Add": "add", "Sub": "subtract", "Mul": "multiply", "Div": "divide", "Pow": "power",
     "Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
     "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or", "Xor": "logical_xor",
-    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor", "PRelu": "nn.prelu",
+    "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or", "BitwiseXor": "bitwise_xor",
 }
 
 
 @converter(*_BINARY)
 def _binary(node: OnnxNode) -> Expr:
     return node.call(_BINARY[node.op_type], node.required(0), node.required(1))
+
+
+@converter("PRelu")
+def _prelu(node: OnnxNode) -> Expr:
+    data, slope = node.required(0), node.required(1)
+    if node.opset < 7 and len(slope.shape) == 1 and len(data.shape) >= 2 and slope.shape[0] == data.shape[1] != 1:
+        # PRelu-6 takes one slope per channel (axis 1), as Caffe and PyTorch exports of that time do;
+        # from opset 7 the slope broadcasts numpy-style from the right
+        slope = node.call("reshape", slope, newshape=(slope.shape[0],) + (1,) * (len(data.shape) - 2))
+    return node.call("nn.prelu", data, slope)
 
 
 @converter("Mod")
