@@ -340,3 +340,19 @@ def test_constant_nodes_of_int4_and_float8_dequantize_as_onnx_reference():
     expected = ReferenceEvaluator(model).run(None, {"scale": scale})
     for got, want in zip(backend.prepare(model).run([scale]), expected):
         _assert_same(got, want)
+
+
+def test_compiled_model_takes_carriers_and_says_so_when_given_an_ml_dtypes_array():
+    """Without onnx_backend's boundary, tk.compile's model takes and returns carriers (sdk_docs/onnx_dtypes.md)."""
+    import tensorkiln as tk
+    from tensorkiln.ir.errors import RuntimeLaunchError
+
+    model = _model([helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT8E4M3FN, (4,))],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, (4,))], opset=21)
+    lib = tk.compile(model, target="cpu_llvm")
+    x = np.array([1.5, -448, 0.25, np.nan], ml_dtypes.float8_e4m3fn)
+    with pytest.raises(RuntimeLaunchError, match=r"input 'x' has dtype float8_e4m3fn, expected uint8; .*to_carrier"):
+        lib.run({"x": x})
+    (y,) = lib.run({"x": to_carrier(x)})
+    np.testing.assert_array_equal(y, x.astype(np.float32))

@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..ir.dtypes import from_numpy, to_numpy
+from ..ir.narrow_dtypes import format_of_numpy
 from ..ir.errors import RuntimeLaunchError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
 from . import native_entry
@@ -238,8 +239,10 @@ class GraphExecutor:
         except Exception:
             dtype = str(array.dtype)
         if dtype != value.dtype:
-            raise RuntimeLaunchError(f"input {value.name!r} has dtype {dtype}, expected {value.dtype}; "
-                                     f"convert it with array.astype('{value.dtype}')")
+            fix = f"convert it with array.astype('{value.dtype}')"
+            if format_of_numpy(array.dtype) is not None:   # astype would convert the values, not keep the bits
+                fix = f"{dtype} travels as its carrier: pass tensorkiln.ir.narrow_dtypes.to_carrier(array)"
+            raise RuntimeLaunchError(f"input {value.name!r} has dtype {dtype}, expected {value.dtype}; {fix}")
         if tuple(array.shape) != value.shape:
             raise RuntimeLaunchError(f"input {value.name!r} has shape {tuple(array.shape)}, expected {value.shape}")
         np.copyto(state.host_values[value.id], array)
