@@ -356,3 +356,14 @@ def test_compiled_model_takes_carriers_and_says_so_when_given_an_ml_dtypes_array
         lib.run({"x": x})
     (y,) = lib.run({"x": to_carrier(x)})
     np.testing.assert_array_equal(y, x.astype(np.float32))
+
+
+def test_cast_between_strings_and_numbers_matches_onnx_reference():
+    x = np.array([1.5, -0.25, 1e10, 0.1], np.float32)
+    nodes = [helper.make_node("Cast", ["x"], ["s"], to=TensorProto.STRING),
+             helper.make_node("Cast", ["s"], ["back"], to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["t"], ["n"], to=TensorProto.INT64)]
+    model = _string_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, (4,)), _string_input("t", (3,))],
+                          [_string_input("s", (4,)), helper.make_tensor_value_info("back", TensorProto.FLOAT, (4,)),
+                           helper.make_tensor_value_info("n", TensorProto.INT64, (3,))])
+    _check_against_references(model, {"x": x, "t": np.array(["7", "-3", "12"], dtype=object)}, with_onnxruntime=False)

@@ -138,8 +138,8 @@ def _cast(inputs, attrs):
     from onnx import helper
     data = inputs[0]
     to = attrs["to"]
-    if to == 8:   # to string: numpy's str of each value, as onnx's reference does
-        return [np.vectorize(str, otypes=[object])(data) if data.size else data.astype(object)]
+    if to == 8:   # to string: numpy's shortest repr in the value's own dtype ("0.1" for float32), as onnx's reference
+        return [data.astype(np.str_).astype(object)]
     return [as_strings(data).astype(np.float64).astype(helper.tensor_dtype_to_np_dtype(to))]
 
 
