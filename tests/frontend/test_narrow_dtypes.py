@@ -55,7 +55,7 @@ def _edge_values(dtype) -> np.ndarray:
         return values.astype(dtype)
 
 
-@pytest.mark.parametrize("source", [TensorProto.FLOAT, TensorProto.FLOAT16])
+@pytest.mark.parametrize("source", [TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16])
 def test_cast_to_every_float_format_matches_onnx_reference(source):
     """One model: Cast to each float8/float4 format, saturate on and off (e8m0: each round mode)."""
     np_source = helper.tensor_dtype_to_np_dtype(source)
