@@ -107,6 +107,8 @@ SAMPLES.update({   # N-d windows and RoiAlign (issue 18)
     "nn.conv_transpose": ([f32(1, 4, 3, 2, 3), f32(4, 1, 2, 3, 2)], {"strides": (2, 1, 2), "padding": (1, 0, 0, 0, 1, 0),
                                                                      "dilation": (1, 1, 2), "groups": 2,
                                                                      "output_padding": (1, 0, 0)}),
+    "nn.conv": ([f32(1, 4, 5, 4, 6), f32(6, 2, 3, 2, 2)], {"strides": (2, 1, 2), "padding": (1, 0, 1, 0, 1, 1),
+                                                          "dilation": (1, 2, 1), "groups": 2}),
     "image.roi_align": ([f32(2, 2, 6, 5), np.array([[0, 0, 4, 5], [1.5, -1, 3, 2.5]], "float32"),
                          np.array([1, 0], "int64")], {"output_height": 2, "output_width": 3}),
 })

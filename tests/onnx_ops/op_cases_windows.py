@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorkiln.graph.ops.conv_nd import ConvAttrs
 from tensorkiln.graph.ops.image import ResizeAttrs
 from tensorkiln.graph.ops.roi_align import RoiAlignAttrs
 from tensorkiln.graph.ops.window_nd import AvgPoolAttrs, ConvTransposeAttrs, MaxPoolAttrs, MaxPoolIndicesAttrs
@@ -53,6 +54,23 @@ def _conv_transpose(rng, size):
                                              output_padding=(0, 0, 0)), label="plain", atol=1e-4)]
 
 
+def _conv(rng, size):
+    """3-D with groups (depthwise too), strides, dilations and uneven padding, and a 4-D one."""
+    data = (1, 4, 5, 4, 6) if size == "tiny" else (1, 16, 16, 16, 16)
+    x = rng.uniform(-1, 1, data).astype("float32")
+    out_channels = 8 if size == "tiny" else 32
+    grouped = rng.uniform(-1, 1, (out_channels, 2, 3, 2, 3)).astype("float32")
+    depthwise = rng.uniform(-1, 1, (data[1], 1, 3, 3, 3)).astype("float32")
+    volume4 = rng.uniform(-1, 1, (1, 2, 4, 3, 4, 3)).astype("float32")
+    kernel4 = rng.uniform(-1, 1, (3, 2, 2, 2, 3, 2)).astype("float32")
+    return [_case([x, grouped], ConvAttrs(strides=(2, 1, 2), padding=(1, 0, 1, 0, 1, 1), dilation=(1, 2, 1),
+                                          groups=data[1] // 2), label="groups", atol=1e-4),
+            _case([x, depthwise], ConvAttrs(strides=(1, 1, 1), padding=(1,) * 6, dilation=(1, 1, 1),
+                                            groups=data[1]), label="depthwise", atol=1e-4),
+            _case([volume4, kernel4], ConvAttrs(strides=(1, 2, 1, 1), padding=(0, 1, 1, 0, 1, 0, 0, 1),
+                                                dilation=(1, 1, 1, 2)), label="4-D", atol=1e-4)]
+
+
 def _roi_align(rng, size):
     """Small inputs: an adaptive grid visits 2 * size + 3 samples per bin and axis, which the tir
     interpreter runs one by one."""
@@ -77,5 +95,5 @@ def _resize_antialias(rng, size):
 
 
 CASES = {"nn.max_pool": _max_pool, "nn.avg_pool": _avg_pool, "nn.max_pool_indices": _max_pool_indices,
-         "nn.conv_transpose": _conv_transpose, "image.roi_align": _roi_align}
+         "nn.conv_transpose": _conv_transpose, "image.roi_align": _roi_align, "nn.conv": _conv}
 RESIZE_ANTIALIAS = _resize_antialias

@@ -353,6 +353,15 @@ _register("nn.conv_transpose", FLOAT, _fixed(
               {"strides": (2,), "padding": (1, 0), "dilation": (1,), "output_padding": (1,)})))
 
 
+_register("nn.conv", FLOAT, _fixed(
+    shapes=((("x", (1, 3, 4, 5, 4), "any"), ("weight", (4, 3, 2, 3, 2), "any")),
+            (("x", (1, 4, 5, 4, 6), "any"), ("weight", (6, 2, 3, 2, 2), "any")),
+            (("x", (1, 4, 4, 5, 3), "any"), ("weight", (4, 1, 3, 3, 2), "any"))),
+    variants=({"strides": (1, 1, 1), "padding": (0,) * 6, "dilation": (1, 1, 1)},
+              {"strides": (2, 1, 2), "padding": (1, 0, 1, 0, 1, 1), "dilation": (1, 2, 1), "groups": 2},
+              {"strides": (1, 2, 1), "padding": (1, 1, 0, 1, 1, 1), "dilation": (1, 1, 1), "groups": 4})))
+
+
 def _roi_align(dtype, variant, rng):
     """Regions partly outside the input too (their samples there weigh 0), one per batch index."""
     corners = rng.uniform(-1.0, 6.0, (3, 2, 2))

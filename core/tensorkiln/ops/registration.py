@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..graph import registry
 from . import bitcast, broadcast, col2im, elementwise, image, ngram, reduction, roi_align, sampling, scan, scatter, sort, transform
-from .nn import conv2d, dense, norm, pooling, softmax, window_nd
+from .nn import conv2d, conv_nd, dense, norm, pooling, softmax, window_nd
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
 
@@ -52,6 +52,7 @@ def _computes() -> dict[str, Callable]:
     table.update({"nn.max_pool": window_nd.max_pool, "nn.avg_pool": window_nd.avg_pool,
                   "nn.max_pool_indices": window_nd.max_pool_indices, "nn.conv_transpose": window_nd.conv_transpose,
                   "image.roi_align": roi_align.roi_align})
+    table["nn.conv"] = conv_nd.conv
     return table
 
 

@@ -40,11 +40,15 @@ def _pads4(pads, rank: int) -> tuple[int, int, int, int]:
 @converter("Conv")
 def _conv(node: OnnxNode) -> Expr:
     data, weight, bias = node.required(0), node.required(1), node.input(2)
-    rank = _spatial_rank(node, data)
+    rank = _spatial_rank(node, data, any_rank=True)
     kernel = list(node.attr("kernel_shape", weight.shape[2:]))
     strides = list(node.attr("strides", [1] * rank))
     dilations = list(node.attr("dilations", [1] * rank))
     pads = auto_pad(node, data.shape[2:], kernel, strides, dilations)
+    if rank > 2:   # 3-D volumes and beyond: the N-d op (graph/ops/conv_nd.py)
+        out = node.call("nn.conv", data, weight, strides=tuple(strides), padding=tuple(pads),
+                        dilation=tuple(dilations), groups=node.attr("group", 1))
+        return out if bias is None else node.call("nn.bias_add", out, bias, axis=1)
     if rank == 1:
         data, weight = _to_2d(node, data), _to_2d(node, weight)
     out = node.call("nn.conv2d", data, weight, strides=_pairs(strides, rank, 1), padding=_pads4(pads, rank),
