@@ -18,6 +18,7 @@ from ..ir.memory import physical_memory_bytes
 from ..passes import GRAPH_PIPELINE, PassContext, PassManager, PassTimingInstrument, current_pass_context, group_each_op
 from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
+from .alias_steps import alias_group_calls
 from .control_flow import compile_control_steps, control_call, fold_constant_conditions
 from .memory_limit import check_planned_memory, check_tensor_sizes
 from .lower_groups import GroupKernel, group_name, lower_group
@@ -101,7 +102,7 @@ def _lower_all(calls: list[Call], primary: Target, tuning_db=None, context: Pass
 
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
             context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None,
-            memory_limit: int | None = None, tuning_db=None):
+            memory_limit: int | None = None, tuning_db=None, zero_copy_reshape: bool = True):
     """Compile a model for `target`; returns a CompiledModel ready to run.
 
     opt_level 0 runs each op as its own kernel without memory reuse; higher
@@ -116,6 +117,9 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     current) applies the best tuning record of each group's workload, target and plugin version.
     With a database, `lib.summary()["strategies"][kernel]["tuning_record"]` names the record a group
     used (None: it had none and kept the analytic defaults).
+    `zero_copy_reshape` (opt level >= 1, targets declaring `alias_buffers`): a group that only
+    reshapes runs no kernel, its output aliases its input's bytes (compiler/alias_steps.py);
+    `summary()["alias_steps"]` counts them. False keeps a copy kernel for each (comparisons).
     """
     from ..runtime.compiled_model import CompiledModel
 
@@ -137,12 +141,16 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     if isinstance(tuning_db, (str, Path)):
         raise TypeError(f"tuning_db={str(tuning_db)!r}: pass an open database, "
                         f"tensorkiln.tune.Database({str(tuning_db)!r})")
-    kernels, names = _lower_all([c for c in calls if control_call(c.op) is None], target, tuning_db, context=context)
+    # groups that only reshape run no kernel: their output aliases their input (compiler/alias_steps.py)
+    aliases = alias_group_calls(calls, target, registry(), zero_copy_reshape and context.opt_level >= 1)
+    kernels, names = _lower_all([c for c in calls if control_call(c.op) is None and id(c) not in aliases],
+                                target, tuning_db, context=context)
+    names.update({id(c): group_name(c.op) for c in calls if id(c) in aliases})
     # If/Loop/Scan: each body compiled as a model of its own, the group a host step of the plan
     programs, program_names = compile_control_steps(
         [c for c in calls if control_call(c.op) is not None],
         lambda body: compile(body, target, strict=strict, context=context, memory_limit=memory_limit,
-                             tuning_db=tuning_db))
+                             tuning_db=tuning_db, zero_copy_reshape=zero_copy_reshape))
     names.update(program_names)
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
@@ -151,9 +159,9 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         resolved = registry().target(target_text)
         artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
         target_objects[target_text] = resolved
-    if programs:   # host steps use the target's loader for their buffers, even with no kernel of it
+    if programs or aliases:   # host steps use the target's loader for their buffers, even with no kernel of it
         target_objects.setdefault(str(target), target)
-    plan, constants = build_plan(mod.main, names, str(target))
+    plan, constants = build_plan(mod.main, names, str(target), aliases)
     # Memory-aware step order, concurrent levels (where every target allows it) and storages.
     if concurrent is None:
         concurrent = context.opt_level >= 1 and all(

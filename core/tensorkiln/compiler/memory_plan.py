@@ -5,6 +5,12 @@ after the last step that reads its value; a new value takes the smallest free
 storage that fits (growing the best candidate if none fits). An elementwise
 group may write its output over an input that dies at that step (in place).
 Model outputs stay live to the end. Inputs and constants keep their own buffers.
+
+Aliases (`ValueInfo.alias_of`: a reshape-only group elided, compiler/alias_steps.py) have no
+storage of their own: liveness is per root value (the end of the alias chain), so the root's
+storage stays live until the last read of any alias of it, and no step writes over it in place
+before then. An alias gets its root's storage; an alias of an input or constant gets none (it is
+a view of that buffer, which no kernel writes).
 """
 from __future__ import annotations
 
@@ -28,13 +34,14 @@ def _is_elementwise(ops: tuple[str, ...]) -> bool:
 
 def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
     """Assign every intermediate/output value a storage; returns the plan with offsets."""
+    root = plan.root
     last_use: dict[int, int] = {}
     for index, step in enumerate(plan.steps):
         for value_id in step.inputs:
-            last_use[value_id] = index
+            last_use[root(value_id)] = index
     end = len(plan.steps)
     for value_id in plan.outputs:
-        last_use[value_id] = end
+        last_use[root(value_id)] = end
     values = list(plan.values)
     sizes: list[int] = []          # storage id -> bytes
     storage_target: list[str] = []
@@ -59,12 +66,14 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
         return len(sizes) - 1
 
     for index, step in enumerate(plan.steps):
-        dying = [v for v in set(step.inputs) if last_use.get(v) == index and values[v].storage >= 0]
+        dying = [v for v in {root(u) for u in step.inputs} if last_use.get(v) == index and values[v].storage >= 0]
         in_place: list[int] = []
         if reuse and _is_elementwise(step.ops):
             out_shapes = {values[o].shape for o in step.outputs}
             for value_id in dying:
-                if values[value_id].shape in out_shapes:
+                # every read of the storage here (the root or an alias of it) has an output's shape:
+                # element i is read only to write element i
+                if all(values[u].shape in out_shapes for u in step.inputs if root(u) == value_id):
                     storage = values[value_id].storage
                     free.setdefault(storage_target[storage], []).append(storage)
                     in_place.append(storage)
@@ -80,6 +89,10 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
         for value_id in step.outputs:  # an output nobody reads (e.g. an unused split field)
             if value_id not in last_use:
                 free.setdefault(step.target, []).append(values[value_id].storage)
+
+    for value in plan.values:   # an alias reads its root's storage (-1: an input's or a constant's buffer)
+        if value.alias_of >= 0:
+            values[value.id] = replace(value, storage=values[root(value.id)].storage)
 
     offsets: dict[str, int] = {}
     storages = []

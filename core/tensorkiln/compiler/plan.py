@@ -15,24 +15,28 @@ from ..graph.registry import Op
 from ..graph.types import TensorType, TupleType
 from ..ir.errors import InternalError, ShapeError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
-from ..runtime.plan import ExecutionPlan, IndexCheck, KernelStep, ValueInfo
+from ..runtime.plan import AliasStep, ExecutionPlan, IndexCheck, KernelStep, ValueInfo
 
 __all__ = ["build_plan"]
 
 
-def build_plan(main: Function, kernel_names: dict[int, str], default_target: str) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
+def build_plan(main: Function, kernel_names: dict[int, str], default_target: str,
+               alias_calls: frozenset[int] | set[int] = frozenset()) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
     """Walk the fused main function in order; returns the plan and constant values by value id.
 
     `kernel_names` maps id(group call) to its kernel name; each group function's "target" and
     "fallback_reason" attrs (placement) give the step's target (else `default_target`) and reason.
+    `alias_calls`: id() of the groups that only reshape (compiler/alias_steps.py): each becomes an
+    AliasStep, its output a value aliasing its input (no kernel, no step).
     """
     values: list[ValueInfo] = []
     constants: dict[int, np.ndarray] = {}
     ids: dict[int, list[int]] = {}
     steps: list[KernelStep] = []
+    aliases: list[AliasStep] = []
 
-    def new_value(ttype: TensorType, kind: str, name: str) -> int:
-        values.append(ValueInfo(len(values), tuple(ttype.shape), ttype.dtype, kind, name))
+    def new_value(ttype: TensorType, kind: str, name: str, alias_of: int = -1) -> int:
+        values.append(ValueInfo(len(values), tuple(ttype.shape), ttype.dtype, kind, name, alias_of=alias_of))
         return len(values) - 1
 
     inputs = []
@@ -49,6 +53,13 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
             value_id = new_value(node.checked_type, "constant", f"const{len(constants)}")
             constants[value_id] = node.value
             ids[id(node)] = [value_id]
+        elif isinstance(node, Call) and isinstance(node.op, Function) and id(node) in alias_calls:
+            source = ids[id(node.args[0])][0]
+            output = new_value(node.checked_type, "intermediate", kernel_names.get(id(node), "alias"), alias_of=source)
+            aliases.append(AliasStep(kernel_names.get(id(node), "alias"), node.op.attr("target") or default_target,
+                                     source, output, tuple(c.op.name for c in post_order(node.op.body)
+                                                           if isinstance(c, Call))))
+            ids[id(node)] = [output]
         elif isinstance(node, Call) and isinstance(node.op, Function):
             ret = node.checked_type
             field_types = ret.fields if isinstance(ret, TupleType) else (ret,)
@@ -73,7 +84,7 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
     for value_id in outputs:
         if values[value_id].kind == "intermediate":
             values[value_id] = replace(values[value_id], kind="output")
-    return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs), constants
+    return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs, aliases=tuple(aliases)), constants
 
 
 def _index_checks(function: Function, args: list[int], constants: dict[int, np.ndarray]) -> tuple[IndexCheck, ...]:

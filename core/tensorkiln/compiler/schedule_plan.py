@@ -49,7 +49,8 @@ def schedule_plan(plan: ExecutionPlan, reuse: bool = True, concurrent: bool = Fa
 def step_dependencies(plan: ExecutionPlan) -> list[set[int]]:
     """For each step, the indices of the steps producing its inputs."""
     producer = {value: index for index, step in enumerate(plan.steps) for value in step.outputs}
-    return [{producer[v] for v in step.inputs if v in producer} for step in plan.steps]
+    roots = [plan.root(v) for v in range(len(plan.values))]   # an alias depends on its root's producer
+    return [{producer[roots[v]] for v in step.inputs if roots[v] in producer} for step in plan.steps]
 
 
 def find_concurrent_levels(plan: ExecutionPlan) -> tuple[tuple[int, ...], ...]:
@@ -96,16 +97,17 @@ def _greedy_order(plan: ExecutionPlan) -> list[int]:
     for index, producers in enumerate(dependencies):
         for producer in producers:
             dependents[producer].append(index)
-    readers: dict[int, int] = {}
+    readers: dict[int, int] = {}   # by root value: an alias's reads keep its root's storage live
     for step in plan.steps:
-        for value in set(step.inputs):
+        for value in {plan.root(v) for v in step.inputs}:
             readers[value] = readers.get(value, 0) + 1
-    kept = set(plan.outputs) | {v.id for v in plan.values if v.kind in ("input", "constant")}
+    kept = {plan.root(v) for v in plan.outputs} | {v.id for v in plan.values if v.kind in ("input", "constant")}
 
     def growth(index: int) -> int:
         step = plan.steps[index]
         allocated = sum(plan.values[v].nbytes for v in step.outputs)
-        freed = sum(plan.values[v].nbytes for v in set(step.inputs) if readers[v] == 1 and v not in kept)
+        freed = sum(plan.values[v].nbytes for v in {plan.root(u) for u in step.inputs}
+                    if readers[v] == 1 and v not in kept)
         return allocated - freed
 
     ready = [(growth(i), i) for i, count in enumerate(waiting) if count == 0]
@@ -114,7 +116,7 @@ def _greedy_order(plan: ExecutionPlan) -> list[int]:
     while ready:
         _, index = heapq.heappop(ready)
         order.append(index)
-        for value in set(plan.steps[index].inputs):
+        for value in {plan.root(v) for v in plan.steps[index].inputs}:
             readers[value] -= 1
         # A reader count dropping changes the growth of steps already ready: recompute them.
         ready = [(growth(i), i) for _, i in ready]

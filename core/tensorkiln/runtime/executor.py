@@ -60,7 +60,9 @@ class _ExecutionState:
                 self.host_values[value.id] = np.empty(value.shape, to_numpy(value.dtype))
             elif value.kind == "constant":
                 self.host_values[value.id] = executor.constants[value.id]
-            else:
+            elif value.alias_of >= 0 and value.storage < 0:   # a view of an input or a constant (no kernel)
+                self.host_values[value.id] = self.host_values[value.alias_of].reshape(value.shape)
+            else:   # an alias with a storage is its root's storage at the same offset
                 storage = storages[value.storage]
                 self.host_values[value.id] = executor.loaders[storage.target].view(
                     self.arenas[storage.target], storage.offset, value.shape, value.dtype)
@@ -158,7 +160,7 @@ class GraphExecutor:
                 constant = np.ascontiguousarray(compiled.constants[value.id]).reshape(value.shape)
                 constant.flags.writeable = False   # shared by every execution state
                 self.constants[value.id] = constant
-            self.value_target[value.id] = None if value.kind in ("input", "constant") \
+            self.value_target[value.id] = None if value.kind in ("input", "constant") or value.storage < 0 \
                 else storages[value.storage].target
         self._constant_mirrors: dict[tuple[int, str], Any] = {}
         self.native_entry, self._native_constants, self.native_reason = native_entry.build_native_entry(self)
@@ -170,9 +172,10 @@ class GraphExecutor:
         self._levels = native_entry.plan_levels(self.plan)
         self._segments = native_entry.segments(self.plan, self._levels, tuple(programs))
         # the entry may read the caller's arrays in place unless Python reads an input from the
-        # state: an index check, a control-flow step, or an input that is also an output
+        # state: an index check, a control-flow step, or an input that is also an output (or whose
+        # alias is: the output is read from the state's buffer)
         self._inputs_in_place = not self._index_checked_steps and not programs \
-            and not set(self.plan.inputs) & set(self.plan.outputs)
+            and not set(self.plan.inputs) & {self.plan.root(v) for v in self.plan.outputs}
         self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
         self._pool_lock = threading.Lock()
         self._free_states: list[_ExecutionState] = [_ExecutionState(self)]   # fails here, not at the first run

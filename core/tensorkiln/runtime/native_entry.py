@@ -9,6 +9,8 @@ or an input, and profiling (per-step timers); `native_reason` says which applies
 `CompiledModel.summary()["executor"]` shows it. Control-flow steps (If/Loop/Scan run host
 programs) split a run into native calls with the Python loop running those steps between
 them (`segments`), and a gather whose indices must be checked starts a new native call.
+A value that aliases another (a reshape-only group elided, `ValueInfo.alias_of`) has no step
+and no call: the tables hold its root's slot (input, constant) or arena offset.
 """
 from __future__ import annotations
 
@@ -65,7 +67,7 @@ def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
 
     def computed(index: int) -> bool:   # its indices come from another step, not from a model input
         step = plan.steps[index]
-        return any(step.inputs[check.input] not in inputs for check in step.index_checks)
+        return any(plan.root(step.inputs[check.input]) not in inputs for check in step.index_checks)
 
     found: list[Segment] = []
     for number, level in enumerate(levels):
@@ -109,6 +111,7 @@ def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
         written = written_params(module.artifact.metadata, step.kernel) or frozenset()
         slots = []
         for spec, value_id in zip(signature.params, values):
+            value_id = plan.root(value_id)   # an alias is its root's buffer: the same slot or offset
             value = plan.values[value_id]
             if value.kind in ("input", "constant") and spec.name in written:
                 return None, [], f"kernel {step.kernel} writes its {value.kind} {value.name}"

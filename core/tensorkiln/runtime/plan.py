@@ -12,12 +12,17 @@ import numpy as np
 
 from ..ir.dtypes import dtype_of
 
-__all__ = ["ValueInfo", "IndexCheck", "KernelStep", "StorageInfo", "ExecutionPlan"]
+__all__ = ["ValueInfo", "IndexCheck", "KernelStep", "AliasStep", "StorageInfo", "ExecutionPlan"]
 
 
 @dataclass(frozen=True)
 class ValueInfo:
-    """One tensor the executor handles. kind: input, constant, intermediate or output."""
+    """One tensor the executor handles. kind: input, constant, intermediate or output.
+
+    `alias_of` >= 0: the value is the same contiguous bytes as value `alias_of` read with another
+    shape (an `AliasStep` made it, no kernel): it shares that value's storage (or its input or
+    constant buffer) and keeps it live as long as the alias is read.
+    """
 
     id: int
     shape: tuple[int, ...]
@@ -25,6 +30,7 @@ class ValueInfo:
     kind: str
     name: str
     storage: int = -1
+    alias_of: int = -1
 
     @property
     def nbytes(self) -> int:
@@ -62,6 +68,19 @@ class KernelStep:
 
 
 @dataclass(frozen=True)
+class AliasStep:
+    """A group that only reshapes (reshape, squeeze, expand_dims, a no-op transpose or layout_transform,
+    a copy): its output `output` is input `input`'s bytes with another shape, so it runs no kernel and
+    has no call (elided). Kept for reports (`CompiledModel.summary()["alias_steps"]`)."""
+
+    kernel: str
+    target: str
+    input: int
+    output: int
+    ops: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class StorageInfo:
     """A planned buffer: `offset` into the arena of `target`'s memory."""
 
@@ -75,7 +94,8 @@ class StorageInfo:
 class ExecutionPlan:
     """Values, the steps that compute them, the model's inputs and outputs, and storages.
 
-    `concurrent_levels` groups step indices that may run at the same time.
+    `concurrent_levels` groups step indices that may run at the same time. `aliases`: the
+    groups elided as views (not steps: nothing runs for them; see `ValueInfo.alias_of`).
     """
 
     values: tuple[ValueInfo, ...]
@@ -84,9 +104,16 @@ class ExecutionPlan:
     outputs: tuple[int, ...]
     storages: tuple[StorageInfo, ...] = ()
     concurrent_levels: tuple[tuple[int, ...], ...] = field(default=())
+    aliases: tuple[AliasStep, ...] = ()
 
     def value(self, value_id: int) -> ValueInfo:
         return self.values[value_id]
+
+    def root(self, value_id: int) -> int:
+        """The value whose bytes `value_id` reads: itself, or the end of its chain of aliases."""
+        while self.values[value_id].alias_of >= 0:
+            value_id = self.values[value_id].alias_of
+        return value_id
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -103,6 +130,7 @@ class ExecutionPlan:
             inputs=tuple(data["inputs"]), outputs=tuple(data["outputs"]),
             storages=tuple(StorageInfo(**s) for s in data["storages"]),
             concurrent_levels=tuple(tuple(level) for level in data.get("concurrent_levels", ())),
+            aliases=tuple(AliasStep(**{**a, "ops": tuple(a["ops"])}) for a in data.get("aliases", ())),
         )
 
     def with_storages(self, values: tuple[ValueInfo, ...], storages: tuple[StorageInfo, ...]) -> "ExecutionPlan":
