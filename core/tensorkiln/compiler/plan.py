@@ -58,7 +58,8 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
             output = new_value(node.checked_type, "intermediate", kernel_names.get(id(node), "alias"), alias_of=source)
             aliases.append(AliasStep(kernel_names.get(id(node), "alias"), node.op.attr("target") or default_target,
                                      source, output, tuple(c.op.name for c in post_order(node.op.body)
-                                                           if isinstance(c, Call))))
+                                                           if isinstance(c, Call)),
+                                     node.op.attr("fallback_reason", "")))
             ids[id(node)] = [output]
         elif isinstance(node, Call) and isinstance(node.op, Function):
             ret = node.checked_type

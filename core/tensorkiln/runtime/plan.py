@@ -78,6 +78,7 @@ class AliasStep:
     input: int
     output: int
     ops: tuple[str, ...]
+    fallback_reason: str = ""
 
 
 @dataclass(frozen=True)
