@@ -239,6 +239,10 @@ def _a_group(builder: ir.IRBuilder, plan: Int8ConvPlan, pointer: ir.Value, valid
     group = plan.isa.group
     if valid == group == 4:
         value = builder.load(builder.bitcast(pointer, I32_PTR), align=1)
+    elif valid == group == 2:   # one 2-byte load, widened as a pair
+        pair = builder.load(builder.bitcast(pointer, ir.VectorType(I8, 2).as_pointer()), align=1)
+        wide = (builder.sext if plan.signed else builder.zext)(pair, ir.VectorType(I16, 2))
+        return builder.bitcast(wide, I32)
     else:
         parts = ir.Constant(ir.VectorType(I8, group), None)
         for index in range(valid):
