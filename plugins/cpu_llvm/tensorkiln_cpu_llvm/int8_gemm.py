@@ -420,7 +420,8 @@ def _row_offsets(builder: ir.IRBuilder, plan: Int8ConvPlan, m: ir.Value, strides
     rest = builder.udiv(m, I64(plan.out_w))
     oy = builder.urem(rest, I64(plan.out_h))
     b = builder.udiv(rest, I64(plan.out_h))
-    return builder.add(builder.mul(b, strides[0]), builder.add(builder.mul(oy, strides[1]), builder.mul(ox, strides[2])))
+    return builder.add(builder.mul(b, strides[0]),
+                       builder.add(builder.mul(oy, strides[1]), builder.mul(ox, strides[2])))
 
 
 def _scaled_offsets(builder: ir.IRBuilder, plan: Int8ConvPlan, m: ir.Value, strides: list[ir.Value]) -> ir.Value:
