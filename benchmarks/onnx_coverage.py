@@ -3,7 +3,7 @@
 does not pass and why.
 
     python benchmarks/onnx_coverage.py [--target cpu_llvm] [--jobs N] [--output sdk_docs/onnx_coverage.md]
-                                       [-k NAME] [--json FILE]
+                                       [-k NAME] [--json FILE] [--from-json FILE]
 
 Both sides run through the same harness, `tensorkiln.node_tests.run_node_tests(protocol="standard")`:
 `backend.prepare(model)` then `rep.run(list_of_inputs)`, nothing bound, outputs compared with onnx's
@@ -44,8 +44,8 @@ REASONS: list[tuple[str, str]] = [
     (r"^test_dft_inverse", "expected values are numpy's complex64 FFT, whose rounding leaves 1.9e-7 where the "
                            "exact inverse is 0 (atol 1e-7); tensorkiln's error is ~1e-15"),
     (r"^test_attention_4d_causal_fp16", "float16 rounding along Attention's long function body (the plain case "
-                                         "imports through it too): 1 float16 ulp off on 1-2 of 192 elements at "
-                                         "rtol 1e-3"),
+                                         "imports through it too): 2 float16 ulps off on 2 of 192 elements, over "
+                                         "rtol 1e-3 (onnxruntime is 1 ulp off there)"),
     (r"^test_maxunpool_export_with_output_shape$", "onnx's Python reference places values by the inferred shape; "
                                                    "tensorkiln reads the indices in output_shape as onnxruntime "
                                                    "and PyTorch do"),
@@ -206,9 +206,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=str(ROOT / "sdk_docs" / "onnx_coverage.md"))
     parser.add_argument("--json", default=None, help="also write every case's status and reason on both sides here")
     parser.add_argument("-k", default=None, help="only cases whose name contains this text (the report is partial)")
+    parser.add_argument("--from-json", default=None,
+                        help="rewrite the report from a --json file of an earlier run instead of running (after "
+                             "editing REASONS)")
     args = parser.parse_args(argv)
     start = time.time()
-    ours, theirs, ops = run(args.target, max(1, args.jobs), args.k)
+    if args.from_json:
+        saved = json.loads(Path(args.from_json).read_text())
+        ours, theirs, ops = saved["tensorkiln"], saved["onnxruntime"], saved["ops"]
+    else:
+        ours, theirs, ops = run(args.target, max(1, args.jobs), args.k)
     Path(args.output).write_text(report(ours, theirs, ops, args.target))
     if args.json:
         Path(args.json).write_text(json.dumps({"tensorkiln": ours, "onnxruntime": theirs, "ops": ops}, indent=1, sort_keys=True))
