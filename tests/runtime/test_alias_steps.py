@@ -314,3 +314,30 @@ def test_device_targets_without_alias_buffers_keep_the_copy_kernel():
     for text in names:   # device memory: opencl, cuda, fpga_hls keep their copies
         declared = registry().spec(text).manifest.capabilities.alias_buffers
         assert declared == (text == "cpu_llvm"), text
+
+
+def test_a_model_that_only_reshapes_its_input_returns_a_copy():
+    x = graph.var("x", shape=(2, 3, 4))
+    lib = tk.compile(graph.Module.from_expr(graph.squeeze(graph.expand_dims(graph.reshape(x, (6, 4)), 0), (0,))),
+                     "cpu_llvm")
+    assert not lib.plan.steps and lib.summary()["alias_steps"] == 1
+    value = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    first = lib(value)
+    np.testing.assert_array_equal(first, value.reshape(6, 4))
+    assert not np.shares_memory(first, value)
+    lib(value + 1)
+    np.testing.assert_array_equal(first, value.reshape(6, 4))
+
+
+@pytest.mark.parametrize("axes, view", [((0, 2, 1, 3), True), ((2, 0, 1, 3), True), ((0, 3, 2, 1), False)])
+def test_a_transpose_is_an_alias_only_when_it_keeps_the_order_of_the_axes_longer_than_1(axes, view):
+    w1, w2 = _weight(4, 4), _weight(4, 4)
+    x = graph.var("x", shape=(1, 4, 8, 8))
+    moved = graph.transpose(graph.reshape(_conv(x, w1), (1, 4, 1, 64)), axes)
+    module = graph.Module.from_expr(_conv(graph.reshape(moved, (1, 4, 8, 8)), w2))
+    lib = tk.compile(module, "cpu_llvm")
+    assert any("transpose" in a.ops for a in lib.plan.aliases) == view
+    assert any("transpose" in s.ops for s in lib.plan.steps) == (not view)
+    x_value = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
+    first = np.transpose(_np_conv(x_value, w1).reshape(1, 4, 1, 64), axes).reshape(1, 4, 8, 8)
+    np.testing.assert_allclose(lib(x_value), _np_conv(first, w2), rtol=1e-4, atol=1e-4)
