@@ -341,3 +341,16 @@ def test_a_transpose_is_an_alias_only_when_it_keeps_the_order_of_the_axes_longer
     x_value = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
     first = np.transpose(_np_conv(x_value, w1).reshape(1, 4, 1, 64), axes).reshape(1, 4, 8, 8)
     np.testing.assert_allclose(lib(x_value), _np_conv(first, w2), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2",
+                                  "shufflenet", "bvlc_alexnet", "zfnet512", "vgg19"])
+def test_light_models_give_the_same_bits_with_and_without_aliases(name):
+    import models   # benchmarks/models.py: the onnx light model zoo and its inputs
+    model, feeds = models.light_model(name)
+    lib = tk.compile(model, "cpu_llvm")
+    copied = tk.compile(model, "cpu_llvm", zero_copy_reshape=False)
+    _root_intervals_are_disjoint(lib.plan)
+    assert len(lib.plan.steps) == len(copied.plan.steps) - len(lib.plan.aliases)
+    _same_bits(lib.run(feeds), copied.run(feeds))
