@@ -13,6 +13,8 @@ from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import rewrite
 
+from .half import HALF_CALLS, HALF_FUNCTIONS, float16_arithmetic, half_call, store_half_in_float, with_round_half_helpers
+
 __all__ = ["OpenCLEmitter"]
 
 _MATH = ("exp", "exp2", "log", "log2", "log10", "sqrt", "rsqrt", "tanh", "erf", "floor", "ceil", "trunc",
@@ -75,6 +77,8 @@ class OpenCLEmitter(CSourceEmitter):
         # float Min/Max (see _nan_min_max_calls); listed so vectors stay vectors, and math_call
         # appends the C type to the helper's name
         "tk_nan_min": "tk_nan_min_{type}({0}, {1})", "tk_nan_max": "tk_nan_max_{type}({0}, {1})",
+        # float16 as storage on a device without cl_khr_fp16 (half.py)
+        **HALF_FUNCTIONS,
     }
     min_max_functions = {"float": ("fmin", "fmax"), "int": ("min", "max"), "uint": ("min", "max"), "bool": None}
 
@@ -83,16 +87,25 @@ class OpenCLEmitter(CSourceEmitter):
         if "float64" in dtypes:
             lines.append("#pragma OPENCL EXTENSION cl_khr_fp64 : enable")
         if "float16" in dtypes:
-            lines.append("#pragma OPENCL EXTENSION cl_khr_fp16 : enable")
+            lines.append(_FP16_PRAGMA)
         return lines
 
     def emit_source(self, funcs, target=None):
-        """The shared C emitter's text, with float Min/Max through NaN-propagating helpers."""
+        """The shared C emitter's text, with float Min/Max through NaN-propagating helpers, and
+        float16 as storage only unless the target's device does half arithmetic (half.py)."""
         funcs = [_nan_min_max_calls(f) if isinstance(f, tir.PrimFunc) else f for f in funcs]
+        half_storage = float16_arithmetic(target) != "native"
+        if half_storage:
+            funcs = [store_half_in_float(self.lower_thread_allreduce(f, target)) if isinstance(f, tir.PrimFunc)
+                     else f for f in funcs]
         source, kernels = super().emit_source(funcs, target)
+        if half_storage:   # half pointers and vload_half / vstore_half are core OpenCL 1.2
+            source = with_round_half_helpers(source.replace(_FP16_PRAGMA + "\n", ""))
         return _with_nan_min_max_helpers(source), kernels
 
     def math_call(self, name, args, dtype):
+        if name in HALF_CALLS:
+            return half_call(name, args, self.type_name(dtype) if dtype_of(dtype).is_float else "")
         if name in _NAN_MIN_MAX:
             return self.math_functions[name].format(*args, type=self.type_name(dtype))
         text = super().math_call(name, args, dtype)
@@ -109,6 +122,7 @@ class OpenCLEmitter(CSourceEmitter):
 # The shared CSourceEmitter's own helper propagates NaN too, but it is scalar only: OpenCL's
 # vector types need these per-type helpers (its min_max_functions keep fmin/fmax for the rest).
 _NAN_MIN_MAX = ("tk_nan_min", "tk_nan_max")
+_FP16_PRAGMA = "#pragma OPENCL EXTENSION cl_khr_fp16 : enable"
 _HELPER_CALL = re.compile(r"\btk_nan_(min|max)_([a-z]+[0-9]*)\(")
 
 

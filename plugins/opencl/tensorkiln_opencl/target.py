@@ -2,8 +2,10 @@
 from tensorkiln.sdk import TargetSpec, load_manifest
 
 from .emitter import OpenCLEmitter
+from .half import refine_capabilities
 from .runtime import OpenCLLoader
 
 MANIFEST = load_manifest(__file__)
 
-OPENCL = TargetSpec(manifest=MANIFEST, emitter=OpenCLEmitter(), loader=OpenCLLoader())
+OPENCL = TargetSpec(manifest=MANIFEST, emitter=OpenCLEmitter(), loader=OpenCLLoader(),
+                    refine_capabilities=refine_capabilities)

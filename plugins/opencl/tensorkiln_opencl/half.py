@@ -1,0 +1,215 @@
+"""half.py: float16 on every OpenCL device, natively where it reports cl_khr_fp16.
+
+OpenCL C 1.2 lets any device hold `half` in memory and convert it with `vload_half` /
+`vstore_half_rte` (core built-ins, round to nearest even both ways, as numpy's astype);
+only arithmetic on `half` values, and `half` variables or arrays, need cl_khr_fp16.
+So the mode is a fact of the device the target resolves, refined into its capabilities
+(`float16_arithmetic`): "native" emits `half` arithmetic under the extension pragma,
+"float32" keeps float16 as storage and computes in float:
+
+  * a load of a float16 tensor is `vload_half` (`vload_halfN` for a contiguous vector);
+  * a store is `vstore_half_rte` (`vstore_halfN_rte`), rounding once per stored element;
+  * a cast to float16 rounds the float through the same pair (`tk_round_half_*` helpers);
+  * float16 scratch (private / __local arrays, accumulators) is held in float.
+
+Values between casts and stores are therefore float, not rounded after each operation: the
+result is at least as accurate as native half arithmetic, and it equals numpy's
+float32-then-astype(float16) for a kernel that computes in one expression.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tensorkiln import tir
+from tensorkiln.ir.dtypes import dtype_of, with_lanes
+from tensorkiln.ir.errors import CompileError
+from tensorkiln.sdk.manifest import Capabilities
+from tensorkiln.tir.visit import post_order_visit, rewrite
+
+__all__ = ["OpenCLCapabilities", "refine_capabilities", "float16_arithmetic", "store_half_in_float",
+           "HALF_FUNCTIONS", "HALF_CALLS", "half_call", "with_round_half_helpers", "FP16_EXTENSION"]
+
+FP16_EXTENSION = "cl_khr_fp16"
+_LANES = (2, 3, 4, 8, 16)
+
+
+class OpenCLCapabilities(Capabilities):
+    """The manifest's capabilities plus what the resolved OpenCL device does with float16."""
+
+    float16_arithmetic: Literal["native", "float32"] = Field(
+        default="float32", description="'native': half arithmetic (the device reports cl_khr_fp16); "
+        "'float32': float16 is storage only (vload_half / vstore_half), arithmetic in float")
+
+
+def refine_capabilities(target: Any) -> OpenCLCapabilities:
+    """The manifest's capabilities with the float16 mode of the device `target` selects."""
+    try:
+        mode = "native" if FP16_EXTENSION in target.spec.loader.device(target).extensions else "float32"
+    except Exception:   # no device here (yet): storage only runs on any device a later load finds
+        mode = "float32"
+    base = target.spec.manifest.capabilities
+    return OpenCLCapabilities.model_validate({**base.model_dump(), "float16_arithmetic": mode})
+
+
+def float16_arithmetic(target: Any) -> str:
+    """"native" or "float32" for `target`; without a target (or a device), storage only works anywhere."""
+    capabilities = getattr(target, "capabilities", None) if target is not None else None
+    return getattr(capabilities, "float16_arithmetic", "float32")
+
+
+# ---- emitter templates of the calls the rewrite below introduces ------------------------------
+HALF_FUNCTIONS = {
+    "tk_load_half": "vload_half(0, {0})",
+    "tk_store_half": "vstore_half_rte({0}, 0, {1})",
+    "tk_round_half": "tk_round_half_{type}({0})",
+    **{f"tk_vload_half{n}": f"vload_half{n}(0, {{0}})" for n in _LANES},
+    **{f"tk_vstore_half{n}": f"vstore_half{n}_rte({{0}}, 0, {{1}})" for n in _LANES},
+}
+_GATHER = "tk_gather_half"   # not in HALF_FUNCTIONS: never a vector, so read lane by lane
+HALF_CALLS = frozenset((*HALF_FUNCTIONS, _GATHER))
+
+
+def half_call(name: str, args, type_name: str) -> str | None:
+    """C text of one of the calls above, or None when `name` is none of them."""
+    if name == _GATHER:
+        return f"vload_half({args[1]}, {args[0]})"
+    template = HALF_FUNCTIONS.get(name)
+    return None if template is None else template.format(*args, type=type_name)
+
+
+_ROUND_CALL = re.compile(r"\btk_round_half_(float[0-9]*)\(")
+
+
+def with_round_half_helpers(source: str) -> str:
+    """`source` with one definition per tk_round_half_* helper it calls, after the pragmas."""
+    used = sorted(set(_ROUND_CALL.findall(source)))
+    if not used:
+        return source
+    helpers = []
+    for type_name in used:
+        lanes = type_name[len("float"):]
+        helpers.append(f"inline {type_name} tk_round_half_{type_name}({type_name} x) {{ ushort{lanes} h; "
+                       f"vstore_half{lanes}_rte(x, 0, (half*)&h); return vload_half{lanes}(0, (const half*)&h); }}")
+    lines = source.split("\n")
+    first = next(i for i, line in enumerate(lines) if not line.startswith("#pragma"))
+    return "\n".join([*lines[:first], *helpers, "", *lines[first:]])
+
+
+# ---- float16 storage, float arithmetic -------------------------------------------------------
+
+def _is_half(dtype: str) -> bool:
+    return dtype not in ("void", "handle") and dtype_of(dtype).element == "float16"
+
+
+def _as_float(dtype: str) -> str:
+    return with_lanes("float32", dtype_of(dtype).lanes)
+
+
+def store_half_in_float(func: tir.PrimFunc) -> tir.PrimFunc:
+    """`func` with float16 only in memory: loads / stores of float16 tensors through
+    vload_half / vstore_half calls, float16 values and scratch buffers in float32."""
+    for p in func.params:
+        if not isinstance(p, tir.Buffer) and _is_half(p.dtype):
+            raise CompileError(f"kernel {func.name}: scalar float16 parameter {p.name} needs cl_khr_fp16, "
+                               "which this OpenCL device lacks; pass it as float32")
+    scratch: dict[int, tir.Buffer] = {}
+
+    def collect(node):
+        if isinstance(node, tir.Allocate) and _is_half(node.buffer.dtype):
+            scratch[id(node.buffer)] = dataclasses.replace(node.buffer, dtype="float32")
+        elif isinstance(node, tir.ThreadAllReduce) and any(_is_half(v.dtype) for v in node.values):
+            raise CompileError(f"kernel {func.name}: a float16 cross-thread reduction was not lowered")
+    post_order_visit(func.body, collect)
+
+    def post(node):
+        if isinstance(node, tir.Var) and _is_half(node.dtype):
+            return dataclasses.replace(node, dtype="float32")
+        if isinstance(node, tir.FloatImm) and _is_half(node.dtype):
+            import numpy as np
+            return tir.FloatImm(_as_float(node.dtype), float(np.float16(node.value)))
+        if isinstance(node, tir.Cast):
+            return _cast(node)
+        if isinstance(node, tir.Call) and _is_half(node.dtype):
+            return dataclasses.replace(node, dtype=_as_float(node.dtype))
+        if isinstance(node, tir.Reinterpret) and (_is_half(node.dtype) or _is_half(node.value.dtype)):
+            raise CompileError(f"kernel {func.name}: reinterpret {node.value.dtype} -> {node.dtype} needs "
+                               "cl_khr_fp16, which this OpenCL device lacks")
+        if isinstance(node, (tir.Load, tir.Store, tir.Allocate, tir.BufferPointer)) and id(node.buffer) in scratch:
+            return dataclasses.replace(node, buffer=scratch[id(node.buffer)])
+        if isinstance(node, tir.Load) and _is_half(node.buffer.dtype):
+            return _load(node)
+        if isinstance(node, tir.Store) and _is_half(node.buffer.dtype):
+            return _store(node)
+        return None
+
+    body = rewrite(func.body, post=post)
+    return func if body is func.body else dataclasses.replace(func, body=body)
+
+
+def _cast(node: tir.Cast):
+    value = node.value           # already rewritten: float32 where it was float16
+    if _is_half(node.dtype):
+        if dtype_of(value.dtype).element != "float32":
+            value = tir.Cast(_as_float(value.dtype), value)
+        return tir.Call(_as_float(node.dtype), "tk_round_half", (value,))
+    if value.dtype == node.dtype:
+        return value
+    return None if node.value is value else tir.Cast(node.dtype, value)
+
+
+def _contiguous(index: tir.PrimExpr) -> bool:
+    return (isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm) and index.stride.value == 1
+            and index.lanes_count in _LANES)
+
+
+def _load(node: tir.Load) -> tir.PrimExpr:
+    lanes = node.index.lanes
+    dtype = with_lanes("float32", lanes)
+    if lanes == 1:
+        value = tir.Call(dtype, "tk_load_half", (tir.BufferPointer(node.buffer, node.index),))
+    elif _contiguous(node.index) and node.predicate is None:
+        value = tir.Call(dtype, f"tk_vload_half{lanes}", (tir.BufferPointer(node.buffer, node.index.base),))
+    else:
+        value = tir.Call(dtype, _GATHER, (tir.BufferPointer(node.buffer, tir.IntImm("int32", 0)), node.index))
+    if node.predicate is None:
+        return value
+    zero = tir.FloatImm("float32", 0.0)
+    return tir.Select(node.predicate, value, zero if lanes == 1 else tir.Broadcast(zero, lanes))
+
+
+def _store(node: tir.Store) -> tir.Stmt:
+    if isinstance(node.value, tir.Call) and node.value.name == "tk_round_half":
+        node = dataclasses.replace(node, value=node.value.args[0])   # vstore_half_rte rounds the same way
+    lanes = node.value.lanes
+    if lanes == 1:
+        stmt = tir.Evaluate(tir.Call("void", "tk_store_half", (node.value, tir.BufferPointer(node.buffer, node.index))))
+        return stmt if node.predicate is None else tir.IfThenElse(node.predicate, stmt)
+    # A vector value goes through a private float array: the emitter writes it as a vector where it
+    # can and lane by lane where it cannot, and the half stores then read it back.
+    values = tir.Buffer(f"{node.buffer.name}_lanes", (tir.IntImm("int32", lanes),), "float32", scope="local")
+    ramp = tir.Ramp(tir.IntImm("int32", 0), tir.IntImm("int32", 1), lanes)
+    if _contiguous(node.index) and node.predicate is None:
+        write = tir.Evaluate(tir.Call("void", f"tk_vstore_half{lanes}",
+                                      (tir.Load(values, ramp), tir.BufferPointer(node.buffer, node.index.base))))
+        return tir.Allocate(values, tir.SeqStmt((tir.Store(values, node.value, ramp), write)))
+    indices = tir.Buffer(f"{node.buffer.name}_at", (tir.IntImm("int32", lanes),), node.index.dtype.split("x")[0],
+                         scope="local")
+    lane = tir.Var("lane", "int32")
+    stmt = tir.Evaluate(tir.Call("void", "tk_store_half", (tir.Load(values, lane),
+                                                           tir.BufferPointer(node.buffer, tir.Load(indices, lane)))))
+    stores = [tir.Store(values, node.value, ramp), tir.Store(indices, node.index, ramp)]
+    allocations = [values, indices]
+    if node.predicate is not None:
+        mask = tir.Buffer(f"{node.buffer.name}_mask", (tir.IntImm("int32", lanes),), "bool", scope="local")
+        stores.append(tir.Store(mask, node.predicate, ramp))
+        allocations.append(mask)
+        stmt = tir.IfThenElse(tir.Load(mask, lane), stmt)
+    loop = tir.For(lane, tir.IntImm("int32", 0), tir.IntImm("int32", lanes), tir.ForKind.SERIAL, stmt)
+    body: tir.Stmt = tir.SeqStmt((*stores, loop))
+    for buffer in reversed(allocations):
+        body = tir.Allocate(buffer, body)
+    return body
