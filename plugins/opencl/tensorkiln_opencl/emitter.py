@@ -13,7 +13,8 @@ from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import rewrite
 
-from .half import HALF_CALLS, HALF_FUNCTIONS, float16_arithmetic, half_call, store_half_in_float, with_round_half_helpers
+from .half import (HALF_CALLS, HALF_FUNCTIONS, float16_arithmetic, half_call, store_half_in_float,
+                   with_round_half_helpers)
 
 __all__ = ["OpenCLEmitter"]
 
@@ -28,6 +29,8 @@ class OpenCLEmitter(CSourceEmitter):
     arrays declared at kernel scope (OpenCL 1.2 allows them nowhere else); "local"
     buffers and per-thread intermediates are private arrays; vectors of 2, 3, 4, 8 or
     16 lanes use the built-in vector types, with vloadN / vstoreN for contiguous access.
+    float16 is `half` arithmetic only when the target's device reports cl_khr_fp16; otherwise
+    it is stored as half and computed in float through vload_half / vstore_half (half.py).
     """
 
     target_name = "opencl"
