@@ -70,26 +70,33 @@ HALF_FUNCTIONS = {
     **{f"tk_vstore_half{n}": f"vstore_half{n}_rte({{0}}, 0, {{1}})" for n in _LANES},
 }
 _GATHER = "tk_gather_half"   # not in HALF_FUNCTIONS: never a vector, so read lane by lane
-HALF_CALLS = frozenset((*HALF_FUNCTIONS, _GATHER))
+_TO_BITS, _FROM_BITS = "tk_half_bits", "tk_half_from_bits"   # scalar helpers: vectors go lane by lane
+HALF_CALLS = frozenset((*HALF_FUNCTIONS, _GATHER, _TO_BITS, _FROM_BITS))
 
 
 def half_call(name: str, args, type_name: str) -> str | None:
     """C text of one of the calls above, or None when `name` is none of them."""
     if name == _GATHER:
         return f"vload_half({args[1]}, {args[0]})"
+    if name in (_TO_BITS, _FROM_BITS):
+        return f"{name}({args[0]})"
     template = HALF_FUNCTIONS.get(name)
     return None if template is None else template.format(*args, type=type_name)
 
 
 _ROUND_CALL = re.compile(r"\btk_round_half_(float[0-9]*)\(")
+_BIT_HELPERS = {
+    _TO_BITS: f"inline ushort {_TO_BITS}(float x) {{ ushort h; vstore_half_rte(x, 0, (half*)&h); return h; }}",
+    _FROM_BITS: f"inline float {_FROM_BITS}(ushort h) {{ return vload_half(0, (const half*)&h); }}",
+}
 
 
 def with_round_half_helpers(source: str) -> str:
-    """`source` with one definition per tk_round_half_* helper it calls, after the pragmas."""
+    """`source` with one definition per tk_round_half_* / tk_half_*bits helper it calls, after the pragmas."""
     used = sorted(set(_ROUND_CALL.findall(source)))
-    if not used:
+    helpers = [text for name, text in _BIT_HELPERS.items() if re.search(rf"\b{name}\(", source)]
+    if not used and not helpers:
         return source
-    helpers = []
     for type_name in used:
         lanes = type_name[len("float"):]
         helpers.append(f"inline {type_name} tk_round_half_{type_name}({type_name} x) {{ ushort{lanes} h; "
@@ -135,9 +142,8 @@ def store_half_in_float(func: tir.PrimFunc) -> tir.PrimFunc:
             return _cast(node)
         if isinstance(node, tir.Call) and _is_half(node.dtype):
             return dataclasses.replace(node, dtype=_as_float(node.dtype))
-        if isinstance(node, tir.Reinterpret) and (_is_half(node.dtype) or _is_half(node.value.dtype)):
-            raise CompileError(f"kernel {func.name}: reinterpret {node.value.dtype} -> {node.dtype} needs "
-                               "cl_khr_fp16, which this OpenCL device lacks")
+        if isinstance(node, tir.Reinterpret):
+            return _reinterpret(func, node)
         if isinstance(node, (tir.Load, tir.Store, tir.Allocate, tir.BufferPointer)) and id(node.buffer) in scratch:
             return dataclasses.replace(node, buffer=scratch[id(node.buffer)])
         if isinstance(node, tir.Load) and _is_half(node.buffer.dtype):
@@ -159,6 +165,22 @@ def _cast(node: tir.Cast):
     if value.dtype == node.dtype:
         return value
     return None if node.value is value else tir.Cast(node.dtype, value)
+
+
+def _reinterpret(func: tir.PrimFunc, node: tir.Reinterpret):
+    """Bits of a float16 through its half storage: the rewritten value of a float16 is a float32, and
+    no other float32 is reinterpreted as a 16-bit integer (the sizes differ)."""
+    element, source = dtype_of(node.dtype), dtype_of(node.value.dtype)
+    lanes = dtype_of(node.dtype).lanes
+    if _is_half(node.dtype):
+        if source.bits != 16:
+            raise CompileError(f"kernel {func.name}: reinterpret {node.value.dtype} -> {node.dtype}: sizes differ")
+        bits = node.value if source.element == "uint16" else tir.Cast(with_lanes("uint16", lanes), node.value)
+        return tir.Call(with_lanes("float32", lanes), _FROM_BITS, (bits,))
+    if element.bits == 16 and element.is_int and source.element == "float32":
+        bits = tir.Call(with_lanes("uint16", lanes), _TO_BITS, (node.value,))
+        return bits if element.element == "uint16" else tir.Reinterpret(node.dtype, bits)
+    return None
 
 
 def _contiguous(index: tir.PrimExpr) -> bool:

@@ -228,3 +228,13 @@ def test_the_seed_mixed_precision_example_runs_on_opencl():
     assert _ulps(out.astype(np.float16), np.asarray(rounded).astype(np.float16)).max() <= 4
     np.testing.assert_allclose(out, reference, rtol=1e-2, atol=1e-2 * np.abs(reference).max())
     assert not np.array_equal(out, reference)   # the conv really ran on rounded inputs
+
+
+def test_bitcast_between_float16_and_int16_keeps_the_bits(opencl_target):
+    bits = np.array([0, 1, 0x3C00, 0xBC00, 0x7BFF, 0x7C00, 0xFC00, 0x0400, 0x03FF, 0x8001, 0x3555, 0xC233],
+                    np.uint16)
+    x = g.var("x", (12,), "int16")
+    halves = g.call("bitcast", x, dtype="float16")
+    lib = tk.compile(g.Module.from_expr(g.call("bitcast", halves * g.const(np.float16(1)), dtype="int16")), "opencl")
+    _assert_on_opencl(lib)
+    np.testing.assert_array_equal(lib.run([bits.view(np.int16)])[0], bits.view(np.int16))
