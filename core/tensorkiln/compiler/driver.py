@@ -198,9 +198,12 @@ def fused_groups(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: 
     and the resolved target: what `tensorkiln.tune.extract_tasks` tunes."""
     mod = as_module(model, shape)
     target = registry().target(target)
-    mod, _ = _partition(mod, target, _context(opt_level, None), strict)
+    context = _context(opt_level, None)
+    mod, _ = _partition(mod, target, context, strict)
+    calls = _group_calls(mod)
+    aliases = alias_group_calls(calls, target, registry(), context.opt_level >= 1)   # elided: no kernel
     # If/Loop/Scan groups are host steps, not kernels (their bodies' kernels are not listed)
-    return [c for c in _group_calls(mod) if control_call(c.op) is None], target
+    return [c for c in calls if control_call(c.op) is None and id(c) not in aliases], target
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:
