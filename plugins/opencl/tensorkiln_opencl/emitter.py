@@ -13,7 +13,7 @@ from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.sdk import CSourceEmitter
 from tensorkiln.tir.visit import rewrite
 
-from .half import (HALF_CALLS, HALF_FUNCTIONS, float16_arithmetic, half_call, store_half_in_float,
+from .half import (HALF_CALLS, HALF_FUNCTIONS, float16_arithmetic, half_call, store_low_precision_in_float,
                    with_round_half_helpers)
 
 __all__ = ["OpenCLEmitter"]
@@ -45,7 +45,8 @@ class OpenCLEmitter(CSourceEmitter):
         "uint8": "uchar", "uint16": "ushort", "uint32": "uint", "uint64": "ulong",
         "float16": "half", "float32": "float", "float64": "double",
     }
-    storage_type_names = {"bool": "uchar"}   # bool is not allowed in kernel arguments
+    storage_type_names = {"bool": "uchar",   # bool is not allowed in kernel arguments
+                          "bfloat16": "ushort"}   # no OpenCL type: 16 bits converted by half.py
     int_literal_suffix = {"int64": "L", "uint64": "UL", "uint32": "U"}
     vector_lanes = (2, 3, 4, 8, 16)
 
@@ -97,13 +98,13 @@ class OpenCLEmitter(CSourceEmitter):
         """The shared C emitter's text, with float Min/Max through NaN-propagating helpers, and
         float16 as storage only unless the target's device does half arithmetic (half.py)."""
         funcs = [_nan_min_max_calls(f) if isinstance(f, tir.PrimFunc) else f for f in funcs]
-        half_storage = float16_arithmetic(target) != "native"
-        if half_storage:
-            funcs = [store_half_in_float(self.lower_thread_allreduce(f, target)) if isinstance(f, tir.PrimFunc)
-                     else f for f in funcs]
+        half_storage = float16_arithmetic(target) != "native"   # bfloat16 is storage only everywhere
+        funcs = [store_low_precision_in_float(self.lower_thread_allreduce(f, target), float16=half_storage)
+                 if isinstance(f, tir.PrimFunc) else f for f in funcs]
         source, kernels = super().emit_source(funcs, target)
         if half_storage:   # half pointers and vload_half / vstore_half are core OpenCL 1.2
-            source = with_round_half_helpers(source.replace(_FP16_PRAGMA + "\n", ""))
+            source = source.replace(_FP16_PRAGMA + "\n", "")
+        source = with_round_half_helpers(source)
         return _with_nan_min_max_helpers(source), kernels
 
     def math_call(self, name, args, dtype):

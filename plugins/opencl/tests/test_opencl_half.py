@@ -238,3 +238,56 @@ def test_bitcast_between_float16_and_int16_keeps_the_bits(opencl_target):
     lib = tk.compile(g.Module.from_expr(g.call("bitcast", halves * g.const(np.float16(1)), dtype="int16")), "opencl")
     _assert_on_opencl(lib)
     np.testing.assert_array_equal(lib.run([bits.view(np.int16)])[0], bits.view(np.int16))
+
+
+# ---- bfloat16: ushort storage and float arithmetic on every device ------------------------------
+
+def test_casts_between_float32_and_bfloat16_match_ml_dtypes_bit_for_bit(opencl_target, build_and_load):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = ml_dtypes.bfloat16
+    tie = np.array([0x3F808000, 0x3F818000, 0x3F808001, 0x7F7FFFFF, 0x7F7F8000, 0x00008000, 0x00018000, 0x80000001],
+                   np.uint32).view(np.float32)   # ties to even, just above a tie, overflow to inf, subnormals
+    values = np.concatenate([tie, _edge_float32(), np.array([3.0e38, -3.4e38, 1e-39, 1e-45], np.float32)])
+    n = values.size
+    A, H, R = _buffer("A", n, "float32"), _buffer("H", n, "bfloat16"), _buffer("R", n, "float32")
+    i = tir.Var("i")
+    body = tir.SeqStmt((tir.Store(H, tir.Cast("bfloat16", tir.Load(A, i)), i),
+                        tir.Store(R, tir.Cast("float32", tir.Cast("bfloat16", tir.Load(A, i))), i)))
+    func = tir.PrimFunc("bcasts", (A, H, R), _loop(i, n, body))
+    assert "cl_khr" not in opencl_target.spec.emitter.emit([func], opencl_target).source
+    h, r = np.zeros(n, bf16), np.zeros(n, np.float32)
+    build_and_load(func).get_function("bcasts")(values, h, r)
+    expected = values.astype(bf16)
+    _assert_same_half(h, expected)
+    nan = np.isnan(values)
+    np.testing.assert_array_equal(np.isnan(r), nan)
+    np.testing.assert_array_equal(r[~nan], expected.astype(np.float32)[~nan])
+
+
+def test_bfloat16_dense_and_elementwise_match_float32_rounded(opencl_target):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((5, 48)).astype(ml_dtypes.bfloat16)
+    w = rng.standard_normal((6, 48)).astype(ml_dtypes.bfloat16)
+    x, y = g.var("x", (5, 48), "bfloat16"), g.var("w", (6, 48), "bfloat16")
+    lib = tk.compile(g.Module.from_expr(g.nn.relu(g.nn.dense(x, y)) * g.const(ml_dtypes.bfloat16(0.5))), "opencl")
+    _assert_on_opencl(lib)
+    out = lib.run([a, w])[0]
+    ref32 = np.maximum(a.astype(np.float32) @ w.astype(np.float32).T, 0) * 0.5
+    assert out.dtype == ml_dtypes.bfloat16
+    # float accumulation, one rounding to bfloat16 (8 bits): within 1 bfloat16 ulp of the float32 result
+    np.testing.assert_allclose(out.astype(np.float32), ref32, rtol=2 ** -8, atol=1e-6)
+
+
+def test_the_seed_example_in_bfloat16_runs_on_opencl():
+    data, weight = g.var("data", (1, 3, 12, 12)), g.var("weight", (4, 3, 3, 3))
+    mod = g.Module.from_expr(g.nn.conv2d(data, weight))
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((1, 3, 12, 12)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    lib = tk.compile(to_mixed_precision(mod, "bfloat16", target=tk.target("opencl")), "opencl")
+    _assert_on_opencl(lib)
+    out = lib.run([x, w])[0]
+    reference = np.asarray(g.evaluate(mod, {"data": x, "weight": w}))
+    np.testing.assert_allclose(out, reference, rtol=5e-2, atol=3e-2 * np.abs(reference).max())
+    assert not np.array_equal(out, reference)
