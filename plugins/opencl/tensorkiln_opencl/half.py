@@ -15,6 +15,9 @@ So the mode is a fact of the device the target resolves, refined into its capabi
 Values between casts and stores are therefore float, not rounded after each operation: the
 result is at least as accurate as native half arithmetic, and it equals numpy's
 float32-then-astype(float16) for a kernel that computes in one expression.
+
+bfloat16 has no OpenCL type on any device: it is always this storage mode, in `ushort` buffers
+converted by 16-bit shifts (round to nearest even, as ml_dtypes), and always lane by lane.
 """
 from __future__ import annotations
 
@@ -27,10 +30,10 @@ from pydantic import Field
 from tensorkiln import tir
 from tensorkiln.ir.dtypes import dtype_of, with_lanes
 from tensorkiln.ir.errors import CompileError
-from tensorkiln.sdk.manifest import Capabilities
+from tensorkiln.sdk import Capabilities
 from tensorkiln.tir.visit import post_order_visit, rewrite
 
-__all__ = ["OpenCLCapabilities", "refine_capabilities", "float16_arithmetic", "store_half_in_float",
+__all__ = ["OpenCLCapabilities", "refine_capabilities", "float16_arithmetic",
            "store_low_precision_in_float", "HALF_FUNCTIONS", "HALF_CALLS", "half_call", "with_round_half_helpers", "FP16_EXTENSION"]
 
 FP16_EXTENSION = "cl_khr_fp16"
@@ -192,11 +195,6 @@ def _bits_of(node: tir.Call) -> tir.PrimExpr:
     name = _TO_BITS if node.name == _BITS_OF + "float16" else _BF16_TO_BITS
     bits = tir.Call(with_lanes("uint16", element.lanes), name, node.args)
     return bits if element.element == "uint16" else tir.Reinterpret(node.dtype, bits)
-
-
-def store_half_in_float(func: tir.PrimFunc) -> tir.PrimFunc:
-    """float16 (and bfloat16) as storage only: `store_low_precision_in_float` for both."""
-    return store_low_precision_in_float(func, float16=True)
 
 
 def _mentions(func: tir.PrimFunc, is_low) -> bool:
