@@ -291,3 +291,22 @@ def test_the_seed_example_in_bfloat16_runs_on_opencl():
     reference = np.asarray(g.evaluate(mod, {"data": x, "weight": w}))
     np.testing.assert_allclose(out, reference, rtol=5e-2, atol=3e-2 * np.abs(reference).max())
     assert not np.array_equal(out, reference)
+
+
+_KIT_OPS = ("add", "exp", "sum", "nn.softmax", "nn.max_pool2d", "nn.conv2d", "nn.dense", "cast", "bitcast")
+
+
+def _kit_checks():
+    from tensorkiln.conformance.catalogue import KitOptions, catalogue
+    target = tk.target("opencl")
+    options = KitOptions(shapes_per_op=1, dtypes=("float16",), ops=_KIT_OPS)
+    return [c for c in catalogue(target, ("ops",), options) if not c.is_skipped]
+
+
+@pytest.mark.parametrize("check", _kit_checks(), ids=lambda c: c.id)
+def test_conformance_kit_float16_ops(opencl_target, check):
+    from tensorkiln.conformance.catalogue import CheckFailure
+    try:
+        check.run(opencl_target)
+    except CheckFailure as failure:
+        pytest.fail(f"{check.id} ({failure.kind}): {failure.message}")
