@@ -17,7 +17,7 @@ schedule-only implementations of priority RULE_PRIORITY. For a group (`select`):
 
 A `configs` callback whose `implementation` attribute is GENERATED_NAME (a task tuned in a
 generated space, a group whose fastest tuning record is generated) overrides all of this:
-the group gets tune/sketch.py's generated sketch with the record's knob values.
+the group gets the generated sketch (sdk/schedules/generated.py) with the record's knob values.
 
 The knob values come from `configs` (a tuned record) when given, else from the
 implementation's analytic defaults. The choice is returned as a `StrategyChoice`, which
@@ -34,6 +34,7 @@ from ..ir.errors import PluginError, ScheduleError
 from ..sdk.plugin_manager import registry
 from ..sdk.schedules.common import as_outputs, resolve_target
 from ..sdk.schedules.fused import find_anchor
+from ..sdk.schedules.generated import GENERATED, GENERATED_NAME
 from ..sdk.strategy import EMPTY_SPACE, INJECTIVE, RULE_PRIORITY, OpImplementation, TuningSpace, Workload
 
 __all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "schedule_for", "anchor_call", "NAIVE"]
@@ -41,9 +42,6 @@ __all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "
 NAIVE = "core.naive"
 """Name of the core's default implementation in reports."""
 
-GENERATED_NAME = "tune.generated_sketch"
-"""A `configs` callback whose `implementation` attribute is this gets the generated sketch of
-tune/sketch.py instead of the strategies' choice."""
 
 
 @dataclass(frozen=True)
@@ -188,9 +186,8 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
     names = [c.op.name for c in calls if isinstance(c.op, Op)] or list(ops)
     keys = _keys(anchor, outputs, names)
     if getattr(configs, "implementation", None) == GENERATED_NAME:
-        # a generated sketch (tune/sketch.py): a task tuned in a generated space, or a group whose
-        # fastest tuning record is one; it needs no strategy, so it applies to any group
-        from ..tune.sketch import GENERATED
+        # a generated sketch (sdk/schedules/generated.py): a task tuned in a generated space, or a
+        # group whose fastest tuning record is one; it needs no strategy, so it applies to any group
         return _choice(GENERATED, Workload(call, tuple(outputs)), target, keys[0], configs, [])
     ranked, rejected = [], []
     for order, implementation in enumerate(implementations_for(target)):

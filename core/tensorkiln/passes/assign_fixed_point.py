@@ -7,7 +7,7 @@ boundaries) and only when the PassContext configures it:
                                                "method": "minmax" | "percentile" | "entropy",
                                                "rounding": "nearest_even", "overflow": "saturate"}})
 
-The work is tensorkiln.quantize.fixed_point.assign_fixed_point; a target reads the formats of a
+The work is tensorkiln.passes.fixed_point_plan.assign_fixed_point; a target reads the formats of a
 kernel with tensorkiln.sdk.tensor_formats(func).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ def assign_fixed_point_pass(mod: Module, target=None, config: dict | None = None
     if not config:
         return mod
     from ..ir.errors import TensorkilnError
-    from ..quantize.fixed_point import assign_fixed_point
+    from .fixed_point_plan import assign_fixed_point
     unknown = set(config) - set(_KEYS)
     if unknown:
         raise TensorkilnError(f"assign_fixed_point: unknown config keys {sorted(unknown)}; known: {', '.join(_KEYS)}")

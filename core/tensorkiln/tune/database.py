@@ -20,7 +20,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from ..compiler.strategy import GENERATED_NAME
+from ..sdk.schedules.generated import GENERATED_NAME
 from ..ir.errors import TensorkilnError
 from .record import MeasureResult
 from .workload import FORMAT_VERSION, plugin_version, target_fingerprint, target_key, workload_key

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..graph import Function
 from ..ir.errors import ScheduleError, TensorkilnError
-from ..compiler.strategy import GENERATED_NAME
+from ..sdk.schedules.generated import GENERATED_NAME
 from ..sdk.strategy import EMPTY_SPACE, TuningSpace
 from .workload import FORMAT_VERSION, plugin_version, target_fingerprint, target_key, workload_key
 
