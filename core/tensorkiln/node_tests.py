@@ -134,8 +134,9 @@ def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResu
     def result(status: str, detail: str = "") -> NodeResult:
         return NodeResult(case.name, status, case.is_float32_only, detail)
 
-    if not all(isinstance(v, np.ndarray) for v in case.inputs.values()):
-        retry = False   # a sequence (list) or optional (None) input has no shape to bind: import as declared
+    if not all(isinstance(v, np.ndarray) for v in case.inputs.values()) or not all(
+            value.type.HasField("tensor_type") for value in case.model.graph.input):
+        retry = False   # a sequence or optional input (even one holding a tensor) has no shape to bind
     try:
         module, inputs = _import(case, from_onnx) if retry else (from_onnx(case.model, shape=None), case.inputs)
         outputs = run_fn(module, inputs)
