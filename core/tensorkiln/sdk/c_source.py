@@ -1000,14 +1000,21 @@ def _strip(text: str) -> str:
     return text[1:-1]
 
 
-def _cubic_grid_sample_elsewhere(call):
+def _grid_sample_elsewhere(call):
+    # the emitter prints expressions as trees (no shared subexpressions): the 16 cubic taps, and the
+    # reflection of every tap's coordinates (nested folds; 100 s for one nearest-mode kernel), grow
+    # past what it prints in reasonable time
     if call.attrs.mode == "cubic":
-        return ("cubic_grid_sample: the C-source emitter prints expressions as trees (no shared subexpressions), "
+        return ("cubic grid_sample: the C-source emitter prints expressions as trees (no shared subexpressions), "
                 "and the 16 cubic taps grow past what it prints in reasonable time; the CPU runs it")
+    if call.attrs.padding_mode == "reflection":
+        return ("grid_sample with reflection padding: the C-source emitter prints expressions as trees (no shared "
+                "subexpressions), and the reflected tap coordinates grow past what it prints in reasonable time; "
+                "the CPU runs it")
     return True
 
 
 def c_source_op_limits() -> dict:
     """Ops a C-source dialect should send elsewhere, as `tensorkiln_supported_ops` predicates (op -> call ->
     True or a reason): what this emitter cannot print in reasonable time. A plugin merges them into its own."""
-    return {"image.grid_sample": _cubic_grid_sample_elsewhere}
+    return {"image.grid_sample": _grid_sample_elsewhere}

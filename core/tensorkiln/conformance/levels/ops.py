@@ -68,8 +68,10 @@ def _describe(instance: OpInstance) -> str:
     return f"({shapes}{'; ' + attrs if attrs else ''})"
 
 
-def _applicability(op_name: str, dtype: str, variant: int, seed: int, predicates: dict) -> str:
-    """"" when the case applies, else why not (type rule, reference, predicate)."""
+def _applicability(op_name: str, dtype: str, variant: int, seed: int, predicates: dict,
+                   declared: frozenset = frozenset()) -> str:
+    """"" when the case applies, else why not (type rule, a dtype the target does not declare, predicate)."""
+    from ...graph.types import TensorType, TupleType
     from ...ir.errors import TensorkilnError
 
     instance = case_for(op_name).make(dtype, variant, np.random.default_rng(seed + variant))
@@ -77,6 +79,12 @@ def _applicability(op_name: str, dtype: str, variant: int, seed: int, predicates
         mod = build_one_op_module(op_name, instance)
     except (TensorkilnError, TypeError, ValueError) as error:
         return f"the op's type rule rejects this case: {str(error).splitlines()[0]}"
+    result = mod.main.ret_type
+    outputs = result.fields if isinstance(result, TupleType) else (result,)
+    undeclared = sorted({t.dtype for t in outputs if isinstance(t, TensorType)} - set(declared)) if declared else []
+    if undeclared:   # e.g. bitcast float32 -> uint32 on a target without uint32
+        return (f"its output dtype {', '.join(undeclared)} is not among the dtypes the target declares "
+                "(its manifest's dtypes)")
     predicate = predicates.get(op_name)
     if predicate is not None:
         verdict = predicate(mod.main.body)
@@ -122,7 +130,8 @@ def checks(target: Any, options: KitOptions) -> list[Check]:
             for variant in range(variants):
                 check_id = f"{prefix}/{dtype}/{variant}"
                 text = f"{op.name} at {dtype}, shape variant {variant}, matches the numpy reference"
-                reason = _applicability(op.name, dtype, variant, options.seed, predicates)
+                reason = _applicability(op.name, dtype, variant, options.seed, predicates,
+                                        frozenset(target.capabilities.dtypes))
                 if reason:
                     found.append(Check(check_id, "ops", True, text, skip_reason=reason, tags={"op": op.name}))
                 else:
