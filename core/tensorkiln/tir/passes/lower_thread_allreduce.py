@@ -221,7 +221,12 @@ class _Lowering:
         offset = width // 2
         step = 0
         while offset >= 1:
-            shifted = tuple(n.Call(v.dtype, SHUFFLE_DOWN, (v, _int(offset), _int(width))) for v in values)
+            # each shuffle is its own let, evaluated by every lane: inside the combiner's expression a
+            # short-circuit (||, ?:) would let lanes skip shuffles others wait in (a hang on the CPU shim,
+            # undefined behaviour on a GPU), and the value would be shuffled once per use
+            shifted = tuple(n.Var(f"{name}{step}_s{i}", v.dtype) for i, v in enumerate(values))
+            lets += [(var, n.Call(v.dtype, SHUFFLE_DOWN, (v, _int(offset), _int(width))))
+                     for var, v in zip(shifted, values)]
             combined = self._combine(values, shifted)
             new = tuple(n.Var(f"{name}{step}_{i}", c.dtype) for i, c in enumerate(combined))
             lets += list(zip(new, combined))
