@@ -26,3 +26,19 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip_slow)
+
+
+@pytest.fixture(autouse=True)
+def _environment_locale():
+    """Each test starts in the environment's character locale.
+
+    A native library loaded by an earlier test may switch the process's C locale to "C"
+    (seen in the full suite: subprocess output and source files then decode as ASCII and
+    fail on the first "—"); text decoding in a test must not depend on test order.
+    """
+    import locale
+    try:
+        locale.setlocale(locale.LC_CTYPE, "")
+    except locale.Error:
+        pass
+    yield

@@ -15,7 +15,7 @@ MODEL = Path(__file__).resolve().parents[1] / "examples" / "models" / "small_cnn
 
 def tensorkiln(*args, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "tensorkiln.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, encoding="utf-8", timeout=300)
 
 
 @pytest.fixture(scope="module")

@@ -83,7 +83,7 @@ def _imported_modules(path: Path, root: Path) -> list[tuple[str, int]]:
     """Every module `path` imports, as (dotted name, line), with relative imports resolved."""
     module = _module_name(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    tree = ast.parse(path.read_text(), filename=str(path))
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     facade_names: set[str] = set()
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
