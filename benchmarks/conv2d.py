@@ -80,8 +80,10 @@ def onnxruntime_conv(data_shape, weight_shape, stride, padding, threads):
     """A callable running Conv + Relu in onnxruntime, or None without onnxruntime."""
     try:
         import onnx
-        import onnxruntime
+        import onnxruntime  # noqa: F401  (None without it)
         from onnx import helper, numpy_helper
+
+        from ort_baseline import ort_session
     except ImportError:
         return None
     rng = np.random.default_rng(0)
@@ -93,10 +95,7 @@ def onnxruntime_conv(data_shape, weight_shape, stride, padding, threads):
     graph = helper.make_graph(nodes, "conv", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, data_shape)],
                               [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [weight, bias])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = onnxruntime.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model, threads)
     data = rng.uniform(-1, 1, data_shape).astype("float32")
     return lambda: session.run(None, {"x": data})
 

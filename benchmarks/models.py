@@ -10,7 +10,8 @@ arange(n)/n like the onnx runner) and the small real-world graphs of benchmarks/
 
 Each model is compiled once per ISA column and opt level; each thread count is set at run time
 (`tk.runtime.set_num_threads`) and onnxruntime gets a session with the same intra-op thread count
-(sequential execution, all graph optimisations). Timed runs alternate tensorkiln and onnxruntime,
+(sequential execution, all graph optimisations, no spinning between runs: ort_baseline.py says why;
+without it the 2-thread column measured onnxruntime's idle threads taking tensorkiln's cores). Timed runs alternate tensorkiln and onnxruntime,
 and the ratio is the median of the per-round ratios, so a load change on this shared machine hits
 both sides. Columns:
 
@@ -47,6 +48,7 @@ from tensorkiln.ir.errors import TensorkilnError
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import real_graphs  # noqa: E402
+from ort_baseline import ort_session  # noqa: E402,F401  (executor_overhead.py imports it from here)
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
@@ -106,16 +108,6 @@ def models_to_run(spec: str) -> list[tuple[str, str]]:
             raise SystemExit(f"unknown model {item!r}: light models {', '.join(LIGHT_MODELS)}; "
                              f"graphs {', '.join(real_graphs.NAMES)}")
     return list(dict.fromkeys(chosen))
-
-
-def ort_session(model, threads: int):
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def interleaved(run_tk, run_ort, repeat: int) -> tuple[float, float, float]:

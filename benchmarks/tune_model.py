@@ -29,6 +29,7 @@ from tensorkiln import tune
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from models import LIGHT, light_model  # noqa: E402
+from ort_baseline import ort_session  # noqa: E402
 
 OPT_LEVEL = 3
 
@@ -67,13 +68,7 @@ def main() -> None:
     ((input_name, data),) = feeds.items()
     mod = tk.frontend.from_onnx(model)
     expected = numpy_helper.to_array(onnx.load_tensor(os.path.join(LIGHT, f"light_{args.model}_output_0.pb")))
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = args.threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model, args.threads)
     feed = {session.get_inputs()[0].name: data}
     default = tk.compile(mod, target, opt_level=OPT_LEVEL)
     tuned = tk.compile(mod, target, opt_level=OPT_LEVEL, tuning_db=db)
