@@ -1,0 +1,178 @@
+"""benchmarks/compile_time.py: cold compile time of the light models on cpu_llvm, per phase.
+
+    python benchmarks/compile_time.py                          # resnet50, densenet121
+    python benchmarks/compile_time.py --models light --repeat 3
+    python benchmarks/compile_time.py --models densenet121 --jobs 1   # serial LLVM (TENSORKILN_COMPILE_JOBS)
+
+"Cold" means no kernel-cache hit: the cache is turned off (TENSORKILN_KERNEL_CACHE=0) before
+tensorkiln is imported, so every compile lowers, optimises and emits every kernel. One model
+(squeezenet) is compiled first and thrown away so plugin loading and first-use imports are not
+charged to the measured models; the import of tensorkiln itself is reported on its own line.
+
+Per compile: wall seconds, this process's CPU seconds, and the CPU seconds of child processes
+(LLVM optimisation of module chunks runs in workers, parallel_compile.py). Per phase, the
+inclusive wall and CPU seconds of the driver's steps, found by wrapping the functions that
+implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
+
+    frontend         ONNX -> graph.Module (frontend/onnx.py from_onnx)
+    graph passes     passes, placement and fusion (driver._partition)
+    lower groups     every distinct group -> PrimFunc (driver._lower_all)
+      te -> tir        schedule -> loop nest (te.schedule_ops.ScheduleLowering.build)
+      loop passes      simplify, vectorize, unroll, ... (the PassTimingInstrument's tir times)
+    emit             the plugin's emitter: LLVM IR, optimisation, object code
+      llvm ir build    llvmlite IR of the kernels (emitter._build_module)
+      llvm ir text     printing it (emitter._unoptimized_text)
+      llvm parse       LLVM parsing the text (emitter._parse)
+      llvm optimise    optimisation of the chunks (parallel_compile.optimize_chunks; the parent's
+                       own share is its CPU, the workers' is "children cpu")
+      object code      machine code (TargetMachine.emit_object)
+    plan             execution plan and its schedule (compiler.plan.build_plan, schedule_plan)
+
+The targets (issue #11) are printed beside the totals: resnet50 <= 2 s, densenet121 <= 5 s.
+Timings on a shared machine are noisy: the load average is printed with them.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import sys
+import time
+
+os.environ["TENSORKILN_KERNEL_CACHE"] = "0"   # before tensorkiln is imported: every compile is cold
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+TARGETS = {"resnet50": 2.0, "densenet121": 5.0}
+LIGHT_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
+                "bvlc_alexnet", "zfnet512", "vgg19")
+
+
+class PhaseTimer:
+    """Inclusive wall and CPU seconds of wrapped functions, by phase name (re-entrant calls count once)."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}
+        self._depth: dict[str, int] = {}
+
+    def wrap(self, owner, attribute: str, phase: str) -> None:
+        original = getattr(owner, attribute)
+        timer = self
+
+        def timed(*args, **kwargs):
+            if timer._depth.get(phase):
+                return original(*args, **kwargs)
+            timer._depth[phase] = 1
+            wall, cpu = time.perf_counter(), time.process_time()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                timer._depth[phase] = 0
+                timer.wall[phase] = timer.wall.get(phase, 0.0) + time.perf_counter() - wall
+                timer.cpu[phase] = timer.cpu.get(phase, 0.0) + time.process_time() - cpu
+
+        timed.__wrapped__ = original
+        setattr(owner, attribute, timed)
+
+    def reset(self) -> None:
+        self.wall.clear()
+        self.cpu.clear()
+
+
+def instrument(timer: PhaseTimer) -> None:
+    import llvmlite.binding as llvm
+
+    from tensorkiln.compiler import driver, plan, schedule_plan
+    from tensorkiln.frontend import onnx as onnx_frontend
+    from tensorkiln.te import schedule_ops
+    from tensorkiln_cpu_llvm import emitter, parallel_compile
+
+    import tensorkiln.compiler.dynamic as dynamic   # noqa: F401  (from_onnx is imported inside compile_onnx)
+    timer.wrap(onnx_frontend, "from_onnx", "frontend")
+    timer.wrap(driver, "_partition", "graph passes")
+    timer.wrap(driver, "_lower_all", "lower groups")
+    timer.wrap(schedule_ops.ScheduleLowering, "build", "  te -> tir")
+    timer.wrap(emitter.LLVMEmitter, "emit", "emit")
+    timer.wrap(emitter.LLVMEmitter, "_build_module", "  llvm ir build")
+    timer.wrap(emitter, "_unoptimized_text", "  llvm ir text")
+    timer.wrap(emitter, "_parse", "  llvm parse")
+    timer.wrap(emitter, "optimize_chunks", "  llvm optimise")
+    timer.wrap(emitter, "optimize", "  llvm optimise")
+    timer.wrap(llvm.TargetMachine, "emit_object", "  object code")
+    timer.wrap(driver, "build_plan", "plan")
+    timer.wrap(driver, "schedule_plan", "plan")
+    del plan, schedule_plan, parallel_compile
+
+
+PHASE_ORDER = ("frontend", "graph passes", "lower groups", "  te -> tir", "  loop passes", "emit", "  llvm ir build",
+               "  llvm ir text", "  llvm parse", "  llvm optimise", "  object code", "plan")
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def compile_once(name: str, timer: PhaseTimer, target: str) -> dict:
+    import tensorkiln as tk
+    from models import light_model
+
+    model, _ = light_model(name)
+    timer.reset()
+    children = children_cpu()
+    wall, cpu = time.perf_counter(), time.process_time()
+    lib = tk.compile(model, target=target)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    phases = {p: (timer.wall.get(p, 0.0), timer.cpu.get(p, 0.0)) for p in PHASE_ORDER}
+    loop = sum(v for k, v in lib.pass_times.items() if k in _loop_pass_names())
+    phases["  loop passes"] = (loop, loop)
+    return {"wall": wall, "cpu": cpu, "children": children_cpu() - children, "phases": phases,
+            "kernels": sum(len(a.kernels) for a in lib.artifacts.values())}
+
+
+def _loop_pass_names() -> set[str]:
+    from tensorkiln.tir.passes import LOOP_PASSES
+    return set(LOOP_PASSES.passes())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="resnet50,densenet121",
+                        help="comma-separated light model names, or 'light' for all nine")
+    parser.add_argument("--repeat", type=int, default=1, help="compiles per model; the fastest wall time is reported")
+    parser.add_argument("--jobs", type=int, default=None, help="TENSORKILN_COMPILE_JOBS (1: serial LLVM)")
+    parser.add_argument("--target", default="cpu_llvm")
+    args = parser.parse_args(argv)
+    if args.jobs is not None:
+        os.environ["TENSORKILN_COMPILE_JOBS"] = str(args.jobs)
+    names = list(LIGHT_MODELS) if args.models == "light" else [m.strip() for m in args.models.split(",") if m.strip()]
+
+    wall, cpu = time.perf_counter(), time.process_time()
+    import tensorkiln as tk
+    import tensorkiln_cpu_llvm  # noqa: F401
+    print(f"import tensorkiln: wall {time.perf_counter() - wall:.2f} s, cpu {time.process_time() - cpu:.2f} s")
+    timer = PhaseTimer()
+    instrument(timer)
+    compile_once("squeezenet", timer, args.target)   # warm-up: plugin loading, first-use imports
+    print(f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} CPUs, "
+          f"compile jobs {os.environ.get('TENSORKILN_COMPILE_JOBS', 'default')}, kernel cache off")
+    del tk
+    for name in names:
+        runs = [compile_once(name, timer, args.target) for _ in range(max(1, args.repeat))]
+        best = min(runs, key=lambda r: r["wall"])
+        goal = TARGETS.get(name)
+        verdict = "" if goal is None else f"  target <= {goal:.1f} s: {'met' if best['wall'] <= goal else 'NOT met'}"
+        print(f"\n{name}: {best['kernels']} kernels, wall {best['wall']:.2f} s, cpu {best['cpu']:.2f} s "
+              f"+ children {best['children']:.2f} s{verdict}")
+        if len(runs) > 1:
+            print("  walls: " + ", ".join(f"{r['wall']:.2f}" for r in runs))
+        print(f"  {'phase':<18} {'wall s':>7} {'cpu s':>7}")
+        for phase in PHASE_ORDER:
+            w, c = best["phases"][phase]
+            print(f"  {phase:<18} {w:7.2f} {c:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
