@@ -1,9 +1,28 @@
-"""ops/sort.py: topk as a bitonic top-k network (tag "sort").
+"""ops/sort.py: topk (tag "sort"), as a bounded heap per row (`topk`) or a bitonic network (`topk_network`).
 
-te computes only gather, so the sort is a fixed network of compare-exchange stages over
-a permutation of indices (a stage reads the previous permutation at i and at i's partner
-and keeps the better or the worse of the two). With n the axis length padded to a power
-of two N and K the power of two at or above k:
+The order is strict, so ties cannot repeat an index: `a` goes before `b` when its value is
+better (larger for largest=True), or equal with the lower index (ONNX's stable ties). NaN
+counts as above every number (onnxruntime): first when largest, last when smallest. The
+output is sorted best first whatever the `sorted` attribute says.
+
+`topk` is an extern stage (te.extern): one row (every axis but `axis`) at a time, the rows a
+PARALLEL loop, it keeps the k best elements seen so far as a binary heap in the output
+buffers themselves (values and int64 indices), the worst at the root:
+
+1. fill: the first k elements are added one by one and sifted up;
+2. scan: each further element that goes before the root replaces it and is sifted down;
+3. sort: the root (the worst) is swapped with the last heap slot, the heap shrinks by one
+   and the moved element is sifted down, until the slots hold the k best, best first.
+
+A sift is floor(log2 k) predicated steps (tir has no while loop; a step that finds the heap in
+order changes nothing, and neither do the steps after it), so the work per row is
+O(n log k + k log k): O(n log n) for a full sort, O(n) for small k. Elements are moved into
+a hole rather than swapped, one load and one store per level.
+
+`topk_network` is the data-parallel alternative, a fixed network of compare-exchange stages
+over a permutation of indices (te computes only gather, so a stage reads the previous
+permutation at i and at i's partner and keeps the better or the worse of the two). With n
+the axis length padded to a power of two N and K the power of two at or above k:
 
 1. sort runs of K with bitonic sort: log K (log K + 1) / 2 stages over N elements;
    neighbouring runs come out in opposite directions;
@@ -12,15 +31,11 @@ of two N and K the power of two at or above k:
    run) and re-sort that half-size run with a bitonic merge: 1 + log K stages, each half
    the size of the one before.
 
-Work is O(N log^2 K): O(n) stages of O(n) for small k, O(n log^2 n) for k = n (a full
-sort), instead of the O(n^2) of ranking each element against every other.
-
-The order is strict, so ties cannot repeat an index: `a` goes before `b` when its value is
-better (larger for largest=True), or equal with the lower index (ONNX's stable ties). NaN
-counts as above every number (onnxruntime): first when largest, last when smallest. Padding
-goes after every real element.
+Its work is O(N log^2 K), O(n log^2 n) for a full sort; padding goes after every real element.
 """
 from __future__ import annotations
+
+import math
 
 from .. import te
 from ..ir.dtypes import dtype_of
@@ -29,7 +44,7 @@ from . import tags
 from ._common import normalize_axis, select
 from .scan import stored_stage
 
-__all__ = ["topk"]
+__all__ = ["topk", "topk_network"]
 
 _INDEX = "int32"
 
@@ -116,8 +131,9 @@ def _power_of_two_at_least(value: int) -> int:
     return 1 << max(0, (value - 1).bit_length())
 
 
-def topk(inputs, attrs, out_type) -> list[te.Tensor]:
-    """Values and int64 indices of the k best entries along `axis`, best first (stable ties)."""
+def topk_network(inputs, attrs, out_type) -> list[te.Tensor]:
+    """Values and int64 indices of the k best entries along `axis`, best first (stable ties), computed
+    by a bitonic network of te stages (data-parallel; see the module docstring)."""
     (x,) = inputs
     axis = normalize_axis(attrs.axis, x.ndim)
     net = _Network(x, axis, attrs.largest)
@@ -138,4 +154,130 @@ def topk(inputs, attrs, out_type) -> list[te.Tensor]:
         return net.value(r, order[r])
     values = te.compute(shape, value_body, name="T_topk_values", tag=tags.SORT)
     indices = te.compute(shape, index_body, name="T_topk_indices", tag=tags.SORT)
+    return [values, indices]
+
+
+def _goes_before(va, ia, vb, ib, largest: bool, is_float: bool) -> n.PrimExpr:
+    """Whether (value va, index ia) goes before (vb, ib) in the output order."""
+    better = va > vb if largest else va < vb
+    tie = va.equal(vb)
+    if is_float:
+        nan_a, nan_b = n.NE(va, va), n.NE(vb, vb)
+        better = n.Or(better, n.And(nan_a, n.Not(nan_b)) if largest else n.And(nan_b, n.Not(nan_a)))
+        tie = n.Or(tie, n.And(nan_a, nan_b))
+    return n.Or(better, n.And(tie, ia < ib))
+
+
+class _HeapRows:
+    """Builds the extern body of `topk`: one bounded heap per row, kept in the output buffers."""
+
+    def __init__(self, shape: tuple, axis: int, k: int, largest: bool, dtype: str):
+        self.size, self.k, self.largest = int(shape[axis]), k, largest
+        self.is_float = dtype_of(dtype).is_float
+        self.outer = math.prod(int(d) for d in shape[:axis])
+        self.inner = math.prod(int(d) for d in shape[axis + 1:])
+        self.steps = k.bit_length() - 1   # levels below the root of a k-element heap
+
+    def __call__(self, ins, outs) -> n.Stmt:
+        ib = te.IRBuilder()
+        rows = self.outer * self.inner
+        if self.k == 0 or rows == 0:
+            return ib.get()
+        self.x, self.values, self.indices = ib.buffer(ins[0]), ib.buffer(outs[0]), ib.buffer(outs[1])
+        with ib.for_range(0, rows, name="row", kind="parallel" if rows > 1 else "serial") as row:
+            self._row(ib, row)
+        return ib.get()
+
+    def _row(self, ib: te.IRBuilder, row) -> None:
+        stride = self.inner
+        if stride == 1:
+            self.x_base, self.out_base = ib.let("x_base", row * self.size), ib.let("out_base", row * self.k)
+        else:
+            outer, inner = row // stride, row % stride
+            self.x_base = ib.let("x_base", outer * (self.size * stride) + inner)
+            self.out_base = ib.let("out_base", outer * (self.k * stride) + inner)
+        self.hole = ib.scalar("int32", "hole")
+        with ib.for_range(0, self.k, name="fill") as j:
+            self._sift_up(ib, ib.let("value", self.x[self._x_slot(j)]), te.cast(j, "int64"), j)
+        if self.size > self.k:
+            with ib.for_range(self.k, self.size, name="scan") as j:
+                value, index = ib.let("value", self.x[self._x_slot(j)]), te.cast(j, "int64")
+                with ib.if_scope(self._before(value, index, self.values[self._slot(0)],
+                                              self.indices[self._slot(0)])):
+                    self._sift_down(ib, value, index, self.k)
+        if self.k > 1:
+            with ib.for_range(0, self.k - 1, name="drain") as step:
+                last = ib.let("last", self.k - 1 - step)
+                value, index = ib.let("value", self.values[self._slot(last)]), \
+                    ib.let("index", self.indices[self._slot(last)])
+                self.values[self._slot(last)] = self.values[self._slot(0)]
+                self.indices[self._slot(last)] = self.indices[self._slot(0)]
+                self._sift_down(ib, value, index, last)
+
+    def _x_slot(self, position) -> n.PrimExpr:
+        return self.x_base + (position if self.inner == 1 else position * self.inner)
+
+    def _slot(self, position) -> n.PrimExpr:
+        return self.out_base + (position if self.inner == 1 else position * self.inner)
+
+    def _before(self, va, ia, vb, ib) -> n.PrimExpr:
+        return _goes_before(va, ia, vb, ib, self.largest, self.is_float)
+
+    def _sift_up(self, ib: te.IRBuilder, value, index, start) -> None:
+        """Put (value, index) into the heap's slots [0, start] (start: the new last slot)."""
+        hole = self.hole
+        hole[0] = start
+        if self.steps:
+            with ib.for_range(0, self.steps, name="up"):
+                at = ib.let("at", hole[0])
+                parent = ib.let("parent", te.max(at - 1, 0) // 2)
+                parent_value = ib.let("parent_value", self.values[self._slot(parent)])
+                parent_index = ib.let("parent_index", self.indices[self._slot(parent)])
+                # the worse element must sit above: a parent that goes before the new one moves down
+                with ib.if_scope(n.And(at > 0, self._before(parent_value, parent_index, value, index))):
+                    self.values[self._slot(at)] = parent_value
+                    self.indices[self._slot(at)] = parent_index
+                    hole[0] = parent
+        self.values[self._slot(hole[0])] = value
+        self.indices[self._slot(hole[0])] = index
+
+    def _sift_down(self, ib: te.IRBuilder, value, index, count) -> None:
+        """Put (value, index) at the root of the heap of slots [0, count) and restore its order."""
+        hole = self.hole
+        hole[0] = 0
+        if self.steps:
+            with ib.for_range(0, self.steps, name="down"):
+                at = ib.let("at", hole[0])
+                left = ib.let("left", at * 2 + 1)
+                with ib.if_scope(left < count):
+                    # the right child's slot, or the left one when there is none (a child does not
+                    # go before itself, so the left one is then chosen)
+                    right = ib.let("right", te.min(left + 1, count - 1))
+                    left_value = ib.let("left_value", self.values[self._slot(left)])
+                    left_index = ib.let("left_index", self.indices[self._slot(left)])
+                    right_value = ib.let("right_value", self.values[self._slot(right)])
+                    right_index = ib.let("right_index", self.indices[self._slot(right)])
+                    take_right = ib.let("take_right", self._before(left_value, left_index, right_value, right_index))
+                    child = ib.let("child", n.Select(take_right, right, left))
+                    child_value = ib.let("child_value", n.Select(take_right, right_value, left_value))
+                    child_index = ib.let("child_index", n.Select(take_right, right_index, left_index))
+                    # the worse child moves up when the new element goes before it
+                    with ib.if_scope(self._before(value, index, child_value, child_index)):
+                        self.values[self._slot(at)] = child_value
+                        self.indices[self._slot(at)] = child_index
+                        hole[0] = child
+        self.values[self._slot(hole[0])] = value
+        self.indices[self._slot(hole[0])] = index
+
+
+def topk(inputs, attrs, out_type) -> list[te.Tensor]:
+    """Values and int64 indices of the k best entries along `axis`, best first (stable ties), computed
+    by a bounded heap per row in an extern stage: O(n log k) per row (see the module docstring)."""
+    (x,) = inputs
+    axis = normalize_axis(attrs.axis, x.ndim)
+    values_type, indices_type = out_type.fields
+    shape = tuple(values_type.shape)
+    body = _HeapRows(tuple(x.shape), axis, int(shape[axis]) if shape else 0, attrs.largest, x.dtype)
+    values, indices = te.extern([shape, shape], [x], body, dtypes=[values_type.dtype, indices_type.dtype],
+                                name="T_topk", tag=tags.SORT, output_names=["T_topk_values", "T_topk_indices"])
     return [values, indices]

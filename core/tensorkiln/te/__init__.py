@@ -4,7 +4,8 @@ from .expr import (MATH_FUNCTIONS, CommReducer, IterVar, Range, Reduce, TensorRe
                    comm_reducer, const, erf, exp, fabs, floor, if_then_else, log, max, max_value, min,
                    min_value, pow, prod, round, rsqrt, sigmoid, sqrt, sum, tanh, var, sin, cos, tan, asin, acos,
                    atan, sinh, cosh, exp2, log2, log10)
-from .schedule import Schedule, Stage, create_schedule
+from .extern import BufferProxy, ExternOp, IRBuilder, extern
+from .schedule import ExternStage, Schedule, Stage, create_schedule
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, compute, placeholder, reduce_axis, thread_axis
 from .tensor_intrin import TensorIntrin, decl_tensor_intrin
 from .trace import replay
@@ -18,5 +19,5 @@ __all__ = [
     "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "exp2", "log2", "log10",
     "Tensor", "Operation", "PlaceholderOp", "ComputeOp", "IterVar", "Range", "Reduce", "TensorRead",
     "CommReducer", "create_schedule", "Schedule", "Stage", "TensorIntrin", "decl_tensor_intrin",
-    "replay", "trace", "lower", "LOWER_PIPELINE",
+    "replay", "trace", "lower", "LOWER_PIPELINE", "extern", "ExternOp", "ExternStage", "IRBuilder", "BufferProxy",
 ]

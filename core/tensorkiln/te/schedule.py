@@ -21,9 +21,10 @@ from ..tir import nodes as n
 from ..tir.visit import rewrite, substitute
 from . import trace as tr
 from .expr import IterVar, Range, Reduce, TensorRead
+from .extern import ExternOp
 from .tensor import ComputeOp, Operation, PlaceholderOp, Tensor, tensors_of
 
-__all__ = ["Schedule", "Stage", "create_schedule", "SplitRelation", "FuseRelation", "IterAttr"]
+__all__ = ["Schedule", "Stage", "ExternStage", "create_schedule", "SplitRelation", "FuseRelation", "IterAttr"]
 
 SCOPES = ("global", "shared", "local", "warp")
 PARTITION_KINDS = ("complete", "cyclic", "block")
@@ -65,6 +66,8 @@ class IterAttr:
 class Stage:
     """The schedule of one compute op: its loop axes and where/how it is computed."""
 
+    is_extern = False   # an ExternStage (te.extern): its body builds its own loops
+
     def __init__(self, op: ComputeOp, schedule: "Schedule", name: str):
         self.op = op
         self.origin_op = op
@@ -85,6 +88,18 @@ class Stage:
 
     def __repr__(self) -> str:
         return f"Stage({self.name})"
+
+    @property
+    def feeds_extern(self) -> bool:
+        """Whether an extern stage reads this stage's output, which must then stay a whole buffer
+        at the root (schedules leave such a stage there instead of inlining or attaching it)."""
+        return self.schedule._extern_reader(self) is not None
+
+    def _check_not_extern_input(self, primitive: str) -> None:
+        reader = self.schedule._extern_reader(self)
+        if reader is not None:
+            raise self._error(primitive, f"extern stage {reader.name} reads it, and an extern body reads whole "
+                              "buffers; compute it at the root")
 
     # ---- helpers --------------------------------------------------------------------
 
@@ -365,6 +380,7 @@ class Stage:
             raise self._error("compute_at", "it is an output of the schedule; only intermediate stages can move")
         if self in parent._attach_chain():
             raise self._error("compute_at", f"stage {parent.name} is already computed inside {self.name}")
+        self._check_not_extern_input("compute_at")
         self.attach_type, self.attach_stage, self.attach_ivar = "scope", parent, iv
         self._record(tr.ComputeAt(self.name, parent.name, iv.name))
 
@@ -375,6 +391,7 @@ class Stage:
         if isinstance(self.op.body, Reduce):
             raise self._error("compute_inline", "a reduction cannot be inlined; compute it at a loop "
                               "of its consumer with compute_at instead")
+        self._check_not_extern_input("compute_inline")
         self.attach_type, self.attach_stage, self.attach_ivar = "inline", None, None
         self._record(tr.ComputeInline(self.name))
 
@@ -398,6 +415,34 @@ class Stage:
         return chain
 
 
+class ExternStage(Stage):
+    """The stage of a te.extern op. Its body builds its own loops, so every primitive but
+    compute_root (where it always is) is refused; the stages around it are scheduled as usual."""
+
+    is_extern = True
+
+    def _refuse(self, primitive: str):
+        raise self._error(primitive, "it is an extern stage (te.extern), whose body builds its own loops; "
+                          "schedule the stages that produce or consume it instead")
+
+    def _axis(self, axis, primitive: str, leaf: bool = True) -> IterVar:
+        self._refuse(primitive)
+
+
+def _refusal(primitive: str):
+    def refuse(self, *args, **kwargs):
+        self._refuse(primitive)
+    refuse.__name__ = primitive
+    refuse.__doc__ = f"Refused on an extern stage: {primitive} needs loops that the schedule owns."
+    return refuse
+
+
+for _primitive in ("split", "fuse", "reorder", "tile", "unroll", "pipeline", "loop_tripcount", "partition",
+                   "stream", "vectorize", "parallel", "bind", "pragma", "storage_align", "tensorize",
+                   "compute_at", "compute_inline", "set_scope"):
+    setattr(ExternStage, _primitive, _refusal(_primitive))
+
+
 def _axis_name(axis) -> str:
     return axis if isinstance(axis, str) else getattr(axis, "name", repr(axis))
 
@@ -417,10 +462,13 @@ class Schedule:
         self.is_dataflow = False
         # Names are claimed in producer-to-consumer order, so the same compute built afresh
         # gets the same names and a trace replays onto it unambiguously.
+        self._output_names: dict[tuple[Operation, int], str] = {}   # buffer names of extern outputs
         for op in _post_order(outputs):
             name = self._claim_name(op.output(0), op.name)
             if isinstance(op, ComputeOp):
                 self._add_stage(op, len(self.stages), name)
+            elif isinstance(op, ExternOp):
+                self._add_extern_stage(op, name)
         for op in outputs:
             self.stage_map[op].is_output = True
 
@@ -465,6 +513,8 @@ class Schedule:
         """The tensor's name in this schedule: its own, or with a `.N` suffix if an earlier
         tensor of the schedule has the same name (two `T_add` become `T_add` and `T_add.1`).
         Stages, trace records and lowered buffers use this name."""
+        if isinstance(tensor, Tensor) and (tensor.op, tensor.value_index) in self._output_names:
+            return self._output_names[(tensor.op, tensor.value_index)]
         op = tensor.op if isinstance(tensor, Tensor) else tensor
         if op in self._names:
             return self._names[op]
@@ -478,6 +528,25 @@ class Schedule:
         for iv in stage.all_iter_vars:
             self._owners[iv] = stage
         return stage
+
+    def _add_extern_stage(self, op: ExternOp, name: str) -> Stage:
+        stage = ExternStage(op, self, name)
+        self.stages.append(stage)
+        self.stage_map[op] = stage
+        if op.num_outputs > 1:
+            # each output is a buffer of its own, named after the tensor (the stage has the op's name)
+            for tensor in op.outputs:
+                buffer_name = self._free_name(tensor.name)
+                self._tensors[buffer_name] = tensor
+                self._output_names[(op, tensor.value_index)] = buffer_name
+        return stage
+
+    def _extern_reader(self, stage: Stage) -> Stage | None:
+        """The first extern stage that reads `stage`'s output, if any."""
+        for other in self.stages:
+            if other.is_extern and any(t.op is stage.op or t.op is stage.origin_op for t in other.op.input_tensors):
+                return other
+        return None
 
     def _owner_of(self, iv) -> Stage | None:
         return self._owners.get(iv)
@@ -513,6 +582,8 @@ class Schedule:
         and B[i] = sum over a fresh axis of BF; returns BF."""
         from .rfactor import rfactor
         stage = self[tensor]
+        if stage.is_extern:
+            stage._refuse("rfactor")
         with self._quiet():
             factored = rfactor(self, tensor, axis, factor_axis)
         self._record(tr.RFactor(stage.name, _axis_name(axis), factor_axis))
@@ -527,6 +598,9 @@ class Schedule:
         readers = readers if isinstance(readers, (list, tuple)) else [readers]
         reader_stages = [self[r] for r in readers]
         for stage in reader_stages:
+            if stage.is_extern:
+                raise ScheduleError(f"cache_read of {self.name_of(tensor)}: stage {stage.name} is an extern stage "
+                                    "(te.extern), whose body reads its input buffers directly")
             if not any(t is tensor for t in stage.op.input_tensors):
                 raise ScheduleError(f"cache_read of {self.name_of(tensor)}: stage {stage.name} does not read it")
         name = self._free_name(f"{self.name_of(tensor)}.{scope}")
@@ -551,6 +625,8 @@ class Schedule:
         if scope not in SCOPES:
             raise ScheduleError(f"cache_write of {tensor.name}: unknown scope {scope!r}; use one of {', '.join(SCOPES)}")
         stage = self[tensor]
+        if stage.is_extern:
+            stage._refuse("cache_write")
         if stage.relations or stage.iter_attrs or stage.attach_type != "root":
             raise ScheduleError(f"cache_write of {tensor.name}: stage {stage.name} was already scheduled; "
                                 "call cache_write before other primitives on it")

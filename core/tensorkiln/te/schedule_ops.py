@@ -22,6 +22,7 @@ from ..tir.bound import interval
 from ..tir.visit import collect_vars, post_order_visit, rewrite, substitute
 from .cross_thread import cross_thread_nest, loop_order, thread_reduce_leaves
 from .expr import IterVar, Reduce, TensorRead
+from .extern import ExternOp
 from .schedule import FuseRelation, Schedule, Stage
 from .tensor import ComputeOp, PlaceholderOp, Tensor
 from .tensorize import leaf_extents, match_tensorize
@@ -42,6 +43,8 @@ class _StageInfo:
     iv_extent: dict = field(default_factory=dict)
     iv_value: dict = field(default_factory=dict)
     guards: list = field(default_factory=list)
+    buffers: list = field(default_factory=list)     # an extern stage's: one per output
+    are_params: list = field(default_factory=list)  # an extern stage's: which buffers are kernel parameters
 
     def root_value(self, iv: IterVar) -> n.PrimExpr:
         op = self.stage.op
@@ -68,6 +71,8 @@ def _row_major(shape) -> list[int]:
 def effective_body(schedule: Schedule, stage: Stage) -> n.PrimExpr:
     """The stage's body with compute_inline producers substituted."""
     memo: dict = {}
+    if stage.is_extern:
+        return None   # its body is loop IR, built when lowered
 
     def body_of(st: Stage):
         if st not in memo:
@@ -97,6 +102,7 @@ class ScheduleLowering:
         self.schedule = schedule
         self.params: list[n.Buffer] = []
         self.placeholder_buffers: dict = {}
+        self.extern_params: dict = {}     # (ExternOp, output index) -> parameter Buffer
         self.infos: dict[Stage, _StageInfo] = {}
         self.var_bounds: dict = {}
         self.intrinsics: list = []
@@ -110,13 +116,14 @@ class ScheduleLowering:
     # ---- 1. buffers -----------------------------------------------------------------
 
     def _make_params(self, args):
-        seen = set()
+        seen, seen_ops = set(), set()
         for t in args:
             if isinstance(t, n.Buffer):
                 raise ScheduleError(f"lower: args must be te tensors, got buffer {t.name}")
-            if t.op in seen:
+            if (t.op, t.value_index) in seen:
                 raise ScheduleError(f"lower: tensor {t.name} appears twice in args")
-            seen.add(t.op)
+            seen.add((t.op, t.value_index))
+            seen_ops.add(t.op)
             if any(not isinstance(s, int) for s in t.shape):
                 raise ScheduleError(f"lower: tensor {t.name} has a symbolic shape {t.shape}; shapes must be static ints")
             buf = n.Buffer(self.schedule.name_of(t), tuple(n.IntImm("int32", s) for s in t.shape), t.dtype)
@@ -130,9 +137,12 @@ class ScheduleLowering:
                 if stage.attach_type == "inline":
                     raise ScheduleError(f"lower: stage {stage.name} is in args but was compute_inline'd; "
                                         "an argument must be materialized")
-                self.placeholder_buffers[t.op] = buf
+                if stage.is_extern:
+                    self.extern_params[(t.op, t.value_index)] = buf
+                else:
+                    self.placeholder_buffers[t.op] = buf
         for op in self.schedule.outputs:
-            if op not in seen and self.schedule.stage_map[op].op not in seen:
+            if op not in seen_ops and self.schedule.stage_map[op].op not in seen_ops:
                 raise ScheduleError(f"lower: output {op.name} is not in args; pass every output tensor")
 
     def _make_infos(self):
@@ -146,6 +156,12 @@ class ScheduleLowering:
                 info.buffer, info.is_param = param, True
             self.infos[stage] = info
         for info in self.infos.values():
+            if info.stage.is_extern:
+                for tensor in info.stage.op.input_tensors:
+                    if isinstance(tensor.op, PlaceholderOp) and tensor.op not in self.placeholder_buffers:
+                        raise ScheduleError(f"lower: placeholder {tensor.name} is read by extern stage "
+                                            f"{info.stage.name} but not in args; pass it as an argument")
+                continue
             post_order_visit(info.body, self._check_read)
 
     def _check_read(self, x):
@@ -172,6 +188,10 @@ class ScheduleLowering:
         if stage.attach_type != "scope":
             info.mins, info.extents = full_mins, list(info.shape)
             return
+        reader = self.schedule._extern_reader(stage)
+        if reader is not None:   # attached before the extern stage existed, or by a replayed trace
+            raise ScheduleError(f"compute_at of stage {stage.name}: extern stage {reader.name} reads it, and an "
+                                "extern body reads whole buffers; compute it at the root")
         target, iv = stage.attach_stage, stage.attach_ivar
         where = f"compute_at of stage {stage.name} at {target.name}.{iv.name}"
         if target.attach_type == "inline":
@@ -247,6 +267,9 @@ class ScheduleLowering:
     def _make_structure(self, info: _StageInfo):
         stage = info.stage
         op = stage.op
+        if stage.is_extern:
+            self._make_extern_buffers(info)
+            return
         root_extents = {iv: e for iv, e in zip(op.axis, info.extents)}
         root_extents.update({iv: iv.dom.extent for iv in op.reduce_axis})
         ext = leaf_extents(stage, root_extents)
@@ -280,6 +303,39 @@ class ScheduleLowering:
             info.buffer = n.Buffer(stage.name, (n.IntImm("int32", max(size, 1)),), op.dtype, None, stage.scope)
             info.mins = [simplify_expr(m, self.var_bounds) for m in info.mins]
 
+    def _make_extern_buffers(self, info: _StageInfo):
+        """An extern stage's outputs: whole, row-major buffers (parameters, or allocated here)."""
+        op = info.stage.op
+        for tensor in op.outputs:
+            param = self.extern_params.get((op, tensor.value_index))
+            info.are_params.append(param is not None)
+            if param is None:
+                shape = tuple(n.IntImm("int32", s) for s in tensor.shape)
+                param = n.Buffer(self.schedule.name_of(tensor), shape, tensor.dtype)
+            info.buffers.append(param)
+        info.buffer, info.is_param = info.buffers[0], info.are_params[0]
+        info.strides = _row_major(info.shape)
+
+    def _extern_nest(self, info: _StageInfo) -> n.Stmt:
+        """The extern body over its buffers; each input must be a whole row-major buffer."""
+        stage = info.stage
+        inputs = []
+        for tensor in stage.op.inputs:
+            source = self.info_of(tensor)
+            if source is None:
+                inputs.append(self.placeholder_buffers[tensor.op])
+                continue
+            if source.stage.is_extern:
+                inputs.append(source.buffers[tensor.value_index])
+                continue
+            if source.strides != _row_major(source.shape) or any(as_int(m) != 0 for m in source.mins) \
+                    or list(source.extents) != list(source.shape):
+                raise ScheduleError(f"extern stage {stage.name} reads stage {source.stage.name}, which is not a whole "
+                                    "row-major buffer (storage_align or compute_at changed it); an extern body "
+                                    "reads whole buffers, so leave its producers at the root without storage_align")
+            inputs.append(source.buffer)
+        return stage.op.build_body(inputs, info.buffers)
+
     def _aligned_strides(self, info: _StageInfo) -> list[int]:
         strides, acc = [], 1
         axes = info.stage.op.axis
@@ -298,7 +354,11 @@ class ScheduleLowering:
         roots = [info for info in self.infos.values() if info.stage.attach_type == "root"]
         stmt = n.SeqStmt(tuple(self._stage_nest(info) for info in roots))
         for info in reversed(roots):
-            if not info.is_param:
+            if info.stage.is_extern:
+                for buffer, is_param in reversed(list(zip(info.buffers, info.are_params))):
+                    if not is_param:
+                        stmt = n.Allocate(buffer, stmt)
+            elif not info.is_param:
                 stmt = n.Allocate(info.buffer, stmt)
         return stmt
 
@@ -334,6 +394,9 @@ class ScheduleLowering:
         if info is None:
             buf = self.placeholder_buffers[tensor.op]
             return buf, self._flat_index(buf, indices)
+        if info.stage.is_extern:
+            buf = info.buffers[tensor.value_index]
+            return buf, self._flat_index(buf, indices)
         return info.buffer, self._flat_index(info, indices)
 
     def _root_map(self, info: _StageInfo, overrides: dict | None = None) -> dict:
@@ -352,6 +415,8 @@ class ScheduleLowering:
 
     def _stage_nest(self, info: _StageInfo) -> n.Stmt:
         stage = info.stage
+        if stage.is_extern:
+            return self._extern_nest(info)
         if self._is_cooperative(info):
             return self._cooperative_nest(info)
         if thread_reduce_leaves(stage) and isinstance(info.body, Reduce):
