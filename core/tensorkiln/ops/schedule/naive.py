@@ -15,7 +15,7 @@ def naive_schedule(outputs, target=None) -> te.Schedule:
     outputs = [outputs] if isinstance(outputs, te.Tensor) else list(outputs)
     s = te.create_schedule([t.op for t in outputs])
     for stage in list(s.stages):
-        if stage.is_output or not isinstance(stage.op, te.ComputeOp):
+        if stage.is_output or not isinstance(stage.op, te.ComputeOp) or stage.feeds_extern:
             continue
         if tags.is_injective(stage.op.tag) and not isinstance(stage.op.body, te.Reduce):
             stage.compute_inline()

@@ -62,7 +62,8 @@ def inline_injective(s: te.Schedule, keep: Iterable = ()) -> None:
     """compute_inline every injective stage that is neither an output nor in `keep`."""
     kept = {id(t.op) if isinstance(t, te.Tensor) else id(t) for t in keep}
     for stage in stages_of(s):
-        if stage.is_output or id(stage.origin_op) in kept or id(stage.op) in kept:
+        if stage.is_output or id(stage.origin_op) in kept or id(stage.op) in kept or stage.is_extern \
+                or stage.feeds_extern:   # an extern body reads whole buffers
             continue
         if tags.is_injective(stage.op.tag) and not isinstance(stage.op.body, te.Reduce):
             stage.compute_inline()

@@ -113,7 +113,7 @@ def _schedule_rest(s: te.Schedule, outputs: list[te.Tensor], done: set[int], tar
     for stage in list(s.stages):
         op = stage.origin_op
         if id(op) in done or id(stage.op) in done or stage.attach_type != "root" or stage.relations \
-                or stage.iter_attrs:
+                or stage.iter_attrs or stage.is_extern:   # an extern stage runs its own loops
             continue
         tensor = stage.op.output(0)
         if isinstance(stage.op.body, te.Reduce):

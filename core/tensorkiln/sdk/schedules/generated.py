@@ -173,7 +173,7 @@ def schedule_generated(outputs, target, config: dict[str, Any]) -> te.Schedule:
         keep += [t for t in anchor.op.input_tensors if isinstance(t.op, te.ComputeOp)]
     kept = {id(t.op) for t in keep}
     for stage in list(s.stages):
-        if stage.is_output or id(stage.op) in kept:
+        if stage.is_output or id(stage.op) in kept or stage.is_extern or stage.feeds_extern:
             continue
         if tags.is_injective(stage.op.tag) and not isinstance(stage.op.body, te.Reduce):
             stage.compute_inline()
@@ -188,7 +188,7 @@ def schedule_generated(outputs, target, config: dict[str, Any]) -> te.Schedule:
         schedule_injective_stage(s, tensor, target)
     for out in outputs:   # other outputs of a multi-output group
         stage = s[out]
-        if out.op is output.op or stage.relations or stage.iter_attrs:
+        if out.op is output.op or stage.relations or stage.iter_attrs or stage.is_extern:
             continue
         if isinstance(out.op.body, te.Reduce):
             schedule_reduce_stage(s, out, target)
@@ -199,12 +199,13 @@ def schedule_generated(outputs, target, config: dict[str, Any]) -> te.Schedule:
 
 def _schedule_elementwise(s: te.Schedule, outputs, target, config) -> None:
     for stage in list(s.stages):
-        if not stage.is_output and tags.is_injective(stage.op.tag):
+        if not stage.is_output and tags.is_injective(stage.op.tag) and not stage.is_extern \
+                and not stage.feeds_extern:
             stage.compute_inline()
     for out in outputs:
         stage = s[out]
         axes = list(stage.op.axis)
-        if not axes:
+        if not axes or stage.is_extern:
             continue
         inner = int(config.get("tile_inner", "1")) if out is outputs[0] else 1
         loops = axes[:-1]

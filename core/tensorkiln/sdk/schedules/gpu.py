@@ -27,8 +27,9 @@ Where a stage is computed per thread, the output's axes are bound without fusing
 stage lives in "local" scope: bound inference then gives it exactly one thread's region
 (a fused-then-split loop, or "global" scope, relaxes the region to most of the tensor).
 
-A group whose outputs read one another (or share a non-inlined intermediate, like topk's
-values and indices) runs serially on one work-item: correct, and rare after fusion.
+A group whose outputs read one another (or share a non-inlined intermediate), or that holds an
+extern stage (te.extern: serial loop IR, like topk's heap), runs serially on one work-item:
+correct, and rare after fusion.
 """
 from __future__ import annotations
 
@@ -95,6 +96,9 @@ def schedule_gpu(outputs, target, config: dict | None = None) -> te.Schedule:
     outputs = as_outputs(outputs)
     target = _Tuned(resolve_target(target), dict(config or {}))
     s = te.create_schedule([t.op for t in outputs])
+    if any(stage.is_extern for stage in s.stages):
+        # an extern body is serial code that every thread would run, racing on its buffers
+        return s  # one work-item runs the whole group in order
     _inline_non_reductions(s)
     needs = {id(out.op): _stages_needed(s, out) for out in outputs}
     if not _threads_can_split(s, outputs, needs):
