@@ -137,16 +137,17 @@ def test_use_native_false_and_the_profiler_run_step_by_step(cnn_lib):
     _bitwise_equal(cnn_lib.run({"x": X}), python)
 
 
-def test_control_flow_steps_run_in_python_between_native_calls_and_their_bodies_run_native():
+def test_control_flow_steps_run_inside_the_native_entry_and_their_bodies_run_native():
+    """The If calls its branch's own entry from inside the model's (runtime/native_control.py); a step the
+    entry cannot run stays in Python between native calls (tests/runtime/test_native_control_flow.py)."""
     x = graph.var("x", (4,))
     flag = graph.var("flag", (), dtype="bool")
     p, q = graph.Var("p", x.checked_type), graph.Var("q", x.checked_type)
     expr = graph.call("if", flag, graph.call("exp", x), then_branch=graph.Function((p,), graph.call("tanh", p)),
                       else_branch=graph.Function((q,), q * graph.const(np.float32(3))))
     lib = tk.compile(graph.Module.from_expr(graph.call("sigmoid", expr)), "cpu_llvm")
-    assert lib.summary()["executor"] == "native entry (2 native calls per run, with control-flow steps in Python " \
-                                       "between them)"
-    assert [(s.native, s.end - s.begin) for s in lib.executor._segments] == [(True, 1), (False, 1), (True, 1)]
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    assert [(s.native, s.end - s.begin) for s in lib.executor._segments] == [(True, 3)]
     value = np.linspace(-1, 1, 4).astype(np.float32)
     sigmoid = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     np.testing.assert_allclose(lib(flag=np.array(True), x=value), sigmoid(np.tanh(np.exp(value))), rtol=1e-6)

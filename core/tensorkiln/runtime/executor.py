@@ -163,18 +163,25 @@ class GraphExecutor:
             self.value_target[value.id] = None if value.kind in ("input", "constant") or value.storage < 0 \
                 else storages[value.storage].target
         self._constant_mirrors: dict[tuple[int, str], Any] = {}
-        self.native_entry, self._native_constants, self.native_reason = native_entry.build_native_entry(self)
+        found = native_entry.build_native_entry(self)
+        self.native_entry, self._native_constants, self.native_reason = found.entry, found.constants, found.reason
+        self._native_keep = found.keep   # arrays the entry's control-flow steps point at
+        # control-flow steps the entry leaves to Python (program name -> why); with no entry, all of them
+        self._python_control = found.python_control if self.native_entry is not None else dict.fromkeys(programs, "")
+        if self.native_entry is not None:   # the entry's control-flow steps keep their buffers past the plan's
+            target = self.plan.steps[0].target
+            self.arena_sizes[target] = max(self.arena_sizes.get(target, 0), self.native_entry.spec.arena_bytes)
         self.use_native = True
         self._input_layouts = native_entry.input_dtypes(self.plan)
         self._index_checked_steps = [self.plan.steps[i] for i in range(len(self.plan.steps))
                                      if self.plan.steps[i].index_checks]
         self._input_positions = {self.plan.values[v].name: i for i, v in enumerate(self.plan.inputs)}
         self._levels = native_entry.plan_levels(self.plan)
-        self._segments = native_entry.segments(self.plan, self._levels, tuple(programs))
+        self._segments = native_entry.segments(self.plan, self._levels, tuple(self._python_control))
         # the entry may read the caller's arrays in place unless Python reads an input from the
         # state: an index check, a control-flow step, or an input that is also an output (or whose
         # alias is: the output is read from the state's buffer)
-        self._inputs_in_place = not self._index_checked_steps and not programs \
+        self._inputs_in_place = not self._index_checked_steps and not self._python_control \
             and not set(self.plan.inputs) & {self.plan.root(v) for v in self.plan.outputs}
         self._setup_lock = threading.Lock()    # constant mirrors, the step thread pool
         self._pool_lock = threading.Lock()
@@ -282,8 +289,9 @@ class GraphExecutor:
             python = sum(1 for s in self._segments if not s.native)
             calls = len(self._segments) - python
             if python:
+                why = "; ".join(f"{name}: {reason}" for name, reason in self._python_control.items())
                 return (f"native entry ({calls} native calls per run, with control-flow steps in Python "
-                        f"between them)")
+                        f"between them: {why})")
             if calls > 1:
                 return f"native entry ({calls} native calls per run: gather indices are checked between them)"
             return native_entry.NATIVE_EXECUTOR

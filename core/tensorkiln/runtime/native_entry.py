@@ -6,16 +6,17 @@ order over the same arena, at the memory plan's offsets, as the Python loop woul
 so the outputs are the same bits. The Python loop stays for everything the native call
 cannot do: steps on several targets (copies between devices), a kernel that writes a constant
 or an input, and profiling (per-step timers); `native_reason` says which applies and
-`CompiledModel.summary()["executor"]` shows it. Control-flow steps (If/Loop/Scan run host
-programs) split a run into native calls with the Python loop running those steps between
-them (`segments`), and a gather whose indices must be checked starts a new native call.
+`CompiledModel.summary()["executor"]` shows it. Control-flow steps (If/Loop/Scan host programs)
+run inside the entry when their bodies are native calls themselves (runtime/native_control.py);
+any other splits a run into native calls with the Python loop running it between them
+(`segments`), and a gather whose indices must be checked starts a new native call.
 A value that aliases another (a reshape-only group elided, `ValueInfo.alias_of`) has no step
 and no call: the tables hold its root's slot (input, constant) or arena offset.
 """
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ from ..ir.dtypes import to_numpy
 from ..sdk.arg_checks import written_params
 from ..sdk.plan_entry import PlanEntry, PlanEntrySpec, PlanEntryStep, Slot
 
-__all__ = ["static_reason", "Segment", "plan_levels", "segments", "build_native_entry", "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
+__all__ = ["NativeEntry", "static_reason", "Segment", "plan_levels", "segments", "build_native_entry", "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
            "PYTHON_EXECUTOR", "NATIVE_EXECUTOR"]
 
 NATIVE_EXECUTOR = "native entry (one call per run)"
@@ -32,11 +33,10 @@ PYTHON_EXECUTOR = "python executor"
 
 
 def static_reason(plan, host_programs: Sequence[str]) -> str:
-    """Why `plan` must run in the Python executor whatever the target offers ("" when nothing stops it)."""
+    """Why `plan` must run in the Python executor whatever the target offers ("" when nothing stops it).
+    Control-flow steps (`host_programs`) do not stop it: the entry runs those it can (native_control.py)."""
     if not plan.steps:
         return "the plan has no steps"
-    if all(step.kernel in host_programs for step in plan.steps):
-        return "every step is a control-flow step (a host program)"
     targets = sorted({step.target for step in plan.steps})
     if len(targets) > 1:
         return f"steps run on several targets ({', '.join(t.split()[0] for t in targets)})"
@@ -85,64 +85,119 @@ def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
     return tuple(found)
 
 
-def _spec_and_reason(executor) -> tuple[PlanEntrySpec | None, list[int], str]:
-    """The entry's spec (or None and why), and the constants' value ids in the spec's order."""
+@dataclass
+class NativeEntry:
+    """What `build_native_entry` found: the entry (None: the plan runs in Python, for `reason`), its
+    constants table, the control-flow steps it leaves to Python (program name -> why) and the
+    arrays its spec points at."""
+
+    entry: PlanEntry | None
+    constants: Any = None
+    reason: str = ""
+    python_control: dict[str, str] = field(default_factory=dict)
+    keep: list = field(default_factory=list)
+
+
+@dataclass
+class _Spec:
+    """The entry's spec, the constants' value ids in its order, and each control step's body entries."""
+
+    spec: PlanEntrySpec
+    constant_ids: list[int]
+    bodies: dict[int, tuple]
+
+
+def _spec(executor) -> tuple[_Spec | None, NativeEntry]:
+    """The entry's spec and what the NativeEntry will tell, or (None, why there is none)."""
     plan = executor.plan
     target = plan.steps[0].target
     if not executor.loaders[target].uses_host_memory:
-        return None, [], f"target {target.split()[0]} keeps memory on its device"
+        return None, NativeEntry(None, reason=f"target {target.split()[0]} keeps memory on its device")
     storages = {s.id: s for s in plan.storages}
     input_index = {value_id: index for index, value_id in enumerate(plan.inputs)}
     constant_index: dict[int, int] = {}
-    module = executor.compiled.loaded_module(target)
+    module = _module_of(executor.compiled, target)
+    if module is None:
+        return None, NativeEntry(None, reason=f"no module of target {target.split()[0]} is loaded (every step is a "
+                                              "control-flow step and no body has kernels)")
     host_programs = getattr(executor.compiled, "host_programs", {}) or {}
+
+    def slot_of(value_id: int) -> Slot:
+        value = plan.values[plan.root(value_id)]   # an alias is its root's buffer: the same slot or offset
+        if value.kind == "input":
+            return Slot("input", input_index[value.id])
+        if value.kind == "constant":
+            return Slot("constant", constant_index.setdefault(value.id, len(constant_index)))
+        return Slot("arena", storages[value.storage].offset)
+
+    from .native_control import Scratch, control_record
+    scratch = Scratch(executor.arena_sizes.get(target, 0))
+    python_control: dict[str, str] = {}
+    bodies: dict[int, tuple] = {}
     steps = []
-    for step in plan.steps:
-        if step.kernel in host_programs:   # run by Python between native calls; never called by the entry
-            steps.append(PlanEntryStep("", ()))
+    for index, step in enumerate(plan.steps):
+        if step.kernel in host_programs:
+            record, entries, why = control_record(plan, step, host_programs[step.kernel], slot_of, scratch)
+            if record is None:   # run by Python between native calls; never called by the entry
+                python_control.setdefault(step.kernel, why)
+                steps.append(PlanEntryStep("", ()))
+            else:
+                bodies[index] = entries
+                steps.append(PlanEntryStep(step.kernel, (), record))
             continue
         try:
             signature = module.artifact.kernel(step.kernel)
         except KeyError:   # a step the executor runs some other way (a host step of a kind added later)
-            return None, [], f"step {step.kernel} is not a kernel of the target's module"
+            return None, NativeEntry(None, reason=f"step {step.kernel} is not a kernel of the target's module")
         values = (*step.inputs, *step.outputs)
         if len(signature.params) != len(values) or any(p.kind != "buffer" for p in signature.params):
-            return None, [], f"kernel {step.kernel} takes parameters the plan does not bind"
+            return None, NativeEntry(None, reason=f"kernel {step.kernel} takes parameters the plan does not bind")
         written = written_params(module.artifact.metadata, step.kernel) or frozenset()
-        slots = []
         for spec, value_id in zip(signature.params, values):
-            value_id = plan.root(value_id)   # an alias is its root's buffer: the same slot or offset
-            value = plan.values[value_id]
+            value = plan.values[plan.root(value_id)]
             if value.kind in ("input", "constant") and spec.name in written:
-                return None, [], f"kernel {step.kernel} writes its {value.kind} {value.name}"
-            if value.kind == "input":
-                slots.append(Slot("input", input_index[value_id]))
-            elif value.kind == "constant":
-                slots.append(Slot("constant", constant_index.setdefault(value_id, len(constant_index))))
-            else:
-                slots.append(Slot("arena", storages[value.storage].offset))
-        steps.append(PlanEntryStep(step.kernel, tuple(slots)))
-    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), executor.arena_sizes.get(target, 0),
-                         plan_levels(plan))
-    return spec, list(constant_index), ""
+                return None, NativeEntry(None, reason=f"kernel {step.kernel} writes its {value.kind} {value.name}")
+        steps.append(PlanEntryStep(step.kernel, tuple(slot_of(v) for v in values)))
+    if len(python_control) and all(step.kernel in python_control for step in plan.steps):
+        name, why = next(iter(python_control.items()))
+        return None, NativeEntry(None, reason=f"every step is a control-flow step run in Python ({name}: {why})")
+    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index),
+                         scratch.end if bodies else executor.arena_sizes.get(target, 0), plan_levels(plan))
+    return _Spec(spec, list(constant_index), bodies), NativeEntry(None, None, "", python_control, scratch.keep)
 
 
-def build_native_entry(executor) -> tuple[PlanEntry | None, Any, str]:
-    """(entry, constants array, "") when the plan runs as one native call, else (None, None, reason)."""
+def _module_of(compiled, target: str):
+    """The model's loaded module of `target`; for a model whose every step is control flow (it has no
+    kernels), a body's, which builds an entry as well (None when no body has kernels either)."""
+    if target in compiled.artifacts:
+        return compiled.loaded_module(target)
+    for program in (getattr(compiled, "host_programs", {}) or {}).values():
+        for body in program.bodies:
+            module = _module_of(body, target)
+            if module is not None:
+                return module
+    return None
+
+
+def build_native_entry(executor) -> NativeEntry:
+    """The plan's entry when it runs as native calls (`NativeEntry.entry`), else why not."""
     reason = static_reason(executor.plan, tuple(getattr(executor.compiled, "host_programs", {}) or {}))
     if reason:
-        return None, None, reason
-    spec, constant_ids, reason = _spec_and_reason(executor)
-    if spec is None:
-        return None, None, reason
+        return NativeEntry(None, reason=reason)
+    found, told = _spec(executor)
+    if found is None:
+        return told
+    spec, constant_ids = found.spec, found.constant_ids
     target = executor.plan.steps[0].target
-    entry = executor.compiled.loaded_module(target).build_plan_entry(spec)
+    entry = _module_of(executor.compiled, target).build_plan_entry(spec)
     if entry is None:
-        return None, None, f"target {target.split()[0]} offers no whole-plan entry (LoadedModule.build_plan_entry)"
+        return NativeEntry(None, reason=f"target {target.split()[0]} offers no whole-plan entry "
+                                        "(LoadedModule.build_plan_entry)")
+    entry.bodies = found.bodies
     # the executor's constants are contiguous, read-only and live as long as it does
     constants = (ctypes.c_void_p * max(1, len(constant_ids)))(
         *(executor.constants[v].ctypes.data for v in constant_ids))
-    return entry, constants, ""
+    return NativeEntry(entry, constants, "", told.python_control, told.keep)
 
 
 class NativeBinding:

@@ -38,6 +38,7 @@ from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, Plan
 
 from .abi import TKARG_TYPE
 from .cgutils import I8, I32, I64, PTR, declare, for_range
+from .plan_entry_control import CONTROL_TYPE, emit_control
 from .host import machine_config, new_target_machine, target_machine
 
 __all__ = ["build_plan_entry", "entry_object"]
@@ -111,7 +112,16 @@ class _EntryBuilder:
         self.shape_at = _table(module, "shape_at", I32, shape_at)
         self.dims = _table(module, "dims", I64, dims)
         self.levels = _table(module, "levels", I32, [level[0] for level in levels] + [len(spec.steps)])
-        self.memcpy = None
+        # control-flow steps (plan_entry_control.py): step s calls controls[s] when it is not NULL
+        self.control_functions = {index: ir.Function(module, CONTROL_TYPE, f"control_{index}")
+                                  for index, step in enumerate(spec.steps) if step.control is not None}
+        for function in self.control_functions.values():
+            function.linkage = "internal"
+        self.controls = None
+        if self.control_functions:
+            self.controls = _table(module, "controls", PTR, [
+                self.control_functions[index].bitcast(PTR) if index in self.control_functions
+                else ir.Constant(PTR, None) for index in range(len(spec.steps))])
 
     @staticmethod
     def _at(builder: ir.IRBuilder, table: ir.GlobalVariable, index: ir.Value) -> ir.Value:
@@ -129,10 +139,16 @@ class _EntryBuilder:
         context, step = function.args
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         args = builder.alloca(TKARG_TYPE, I32(self.widest), name="args")
-        start = self._at(builder, self.first, step)
-        stop = self._at(builder, self.first, builder.add(step, I32(1)))
         tables = [builder.load(self._field(builder, context, field)) for field in (_INPUTS, _CONSTANTS)]
         arena = builder.load(self._field(builder, context, _ARENA_FIELD))
+        if self.controls is not None:
+            control = self._at(builder, self.controls, step)
+            with builder.if_then(builder.icmp_unsigned("!=", control, ir.Constant(PTR, None)), likely=False):
+                code = builder.call(builder.bitcast(control, CONTROL_TYPE.as_pointer()), [*tables, arena])
+                failed = builder.or_(code, builder.shl(builder.add(step, I32(1)), I32(16)))
+                builder.ret(builder.select(builder.icmp_signed("==", code, I32(0)), I32(0), failed))
+        start = self._at(builder, self.first, step)
+        stop = self._at(builder, self.first, builder.add(step, I32(1)))
         with for_range(builder, start, stop, name="a") as a:
             arg = builder.gep(args, [builder.sub(a, start)], inbounds=True)
             slot = self._at(builder, self.slots, a)
@@ -176,6 +192,8 @@ class _EntryBuilder:
         return function
 
     def emit(self) -> str:
+        for index, function in self.control_functions.items():
+            emit_control(function, self.spec.steps[index].control)
         run_step = self._run_step()
         level_body = self._level_body(run_step)
         function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32,
@@ -219,9 +237,10 @@ def _entry_config(target):
 
 def _kernels(artifact, spec: PlanEntrySpec) -> tuple[list, list[str | None]]:
     """Each step's signature and packed function symbol (None for a step the caller runs itself)."""
-    signatures = [artifact.kernel(step.kernel) if step.kernel else None for step in spec.steps]
-    symbols = [artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel) if step.kernel else None
-               for step in spec.steps]
+    called = [bool(step.kernel) and step.control is None for step in spec.steps]
+    signatures = [artifact.kernel(step.kernel) if call else None for step, call in zip(spec.steps, called)]
+    symbols = [artifact.metadata.get("symbols", {}).get(step.kernel, step.kernel) if call else None
+               for step, call in zip(spec.steps, called)]
     return signatures, symbols
 
 
@@ -256,6 +275,9 @@ def build_plan_entry(loaded, spec: PlanEntrySpec) -> PlanEntry:
 def entry_object(artifact, spec: PlanEntrySpec, target) -> bytes:
     """Object code of the entry of `spec` calling the kernels by symbol, with `tensorkiln_plan_spec` =
     `spec_digest(spec)`: linked beside the kernels into an exported library (runtime.JITModule)."""
+    if any(step.control is not None for step in spec.steps):   # its bodies are addresses in this process
+        raise CompileError("cpu_llvm plan entry: a plan whose entry runs control-flow steps cannot be linked into "
+                           "a library; export the model without it (its control flow then runs in Python)")
     signatures, symbols = _kernels(artifact, spec)
     builder = _EntryBuilder(spec, signatures, symbols)
     builder.emit()
