@@ -290,8 +290,8 @@ class GraphExecutor:
             calls = len(self._segments) - python
             if python:
                 why = "; ".join(f"{name}: {reason}" for name, reason in self._python_control.items())
-                return (f"native entry ({calls} native calls per run, with control-flow steps in Python "
-                        f"between them: {why})")
+                return (f"native entry ({calls} native call{'s' if calls != 1 else ''} per run, with control-flow "
+                        f"steps in Python between them: {why})")
             if calls > 1:
                 return f"native entry ({calls} native calls per run: gather indices are checked between them)"
             return native_entry.NATIVE_EXECUTOR

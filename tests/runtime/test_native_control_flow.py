@@ -1,0 +1,276 @@
+"""If, Loop and Scan inside the whole-plan native entry (runtime/native_control.py, cpu_llvm's
+plan_entry_control.py): one native call per run, the Python executor's bits, onnxruntime's values,
+nesting, and the steps left to Python with their reason."""
+from __future__ import annotations
+
+import ctypes
+from dataclasses import replace
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+
+import tensorkiln as tk
+from tensorkiln.frontend import from_onnx
+from tensorkiln.ir.errors import RuntimeLaunchError
+from tensorkiln.runtime.native_entry import NATIVE_EXECUTOR
+from tensorkiln.sdk.plan_entry import PlanEntryIf, PlanEntryLoop, PlanEntryScan
+
+from ..controlflow.onnx_models import const_node, model, tensor
+
+RNG = np.random.default_rng(11)
+
+
+def _random(m, seed: int = 0) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in m.graph.input:
+        shape = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        feeds[value.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
+
+
+def _check(m, feeds_list, kinds=None):
+    """Compile `m`; it runs as one native call, and for each feeds gives the Python executor's bits and
+    onnxruntime's values."""
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    if kinds is not None:
+        records = [type(s.control) for s in lib.executor.native_entry.spec.steps if s.control is not None]
+        assert records == kinds
+    session = ort.InferenceSession(m.SerializeToString())
+    for feeds in feeds_list:
+        got = lib.run(feeds)
+        python = lib.executor.run_with(feeds, native=False)
+        want = session.run(None, feeds)
+        assert len(got) == len(want)
+        for g, p, w in zip(got, python, want):
+            assert g.dtype == p.dtype and g.shape == p.shape
+            np.testing.assert_array_equal(g, p)
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+    return lib
+
+
+def _branch(name, nodes, out, shape):
+    return h.make_graph(nodes, name, [], [tensor(out, shape)])
+
+
+def test_if_with_a_run_time_condition_and_outer_scope_values_runs_in_the_entry():
+    then = _branch("then", [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "w"], ["t"])], "t", (3, 4))
+    other = _branch("else", [h.make_node("Mul", ["x", "w"], ["e"])], "e", (3, 4))
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), const_node("zero", np.float32(0)),
+             h.make_node("Greater", ["s", "zero"], ["c"]), h.make_node("Exp", ["x"], ["w"]),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other), h.make_node("Tanh", ["y"], ["z"])]
+    m = model(nodes, [tensor("x", (3, 4))], [tensor("z", (3, 4))])
+    positive = np.abs(RNG.standard_normal((3, 4))).astype(np.float32)
+    _check(m, [{"x": positive}, {"x": -positive}], [PlanEntryIf])
+
+
+def test_if_branches_without_kernels_return_an_input_or_a_constant():
+    then = _branch("then", [h.make_node("Identity", ["x"], ["t"])], "t", (4,))
+    other = _branch("else", [const_node("k", np.arange(4, dtype=np.float32))], "k", (4,))
+    m = model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other), h.make_node("Neg", ["y"], ["z"])],
+              [tensor("c", (), T.BOOL), tensor("x", (4,))], [tensor("z", (4,))])
+    x = RNG.standard_normal(4).astype(np.float32)
+    _check(m, [{"c": np.array(True), "x": x}, {"c": np.array(False), "x": x}], [PlanEntryIf])
+
+
+def _counting_loop(trip: int):
+    """y += x * i for i < trip (a static trip count), each y a scan output, cond passed through."""
+    body = h.make_graph([
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
+        h.make_node("Add", ["y_in", "xi"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
+        h.make_node("Sigmoid", ["y_out"], ["scan"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
+    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
+             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
+    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
+
+
+def test_loop_with_a_static_trip_count_carried_values_and_scan_outputs():
+    m = _counting_loop(6)
+    _check(m, [_random(m, seed) for seed in range(2)], [PlanEntryLoop])
+
+
+def test_loop_whose_carried_values_swap_places_each_iteration():
+    """a, b = b, a + 1: a body result that is another carried input (the double buffers keep it apart)."""
+    body = h.make_graph([
+        const_node("one", np.float32(1)), h.make_node("Identity", ["b_in"], ["a_out"]),
+        h.make_node("Add", ["a_in", "one"], ["b_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("a_in", (3,)), tensor("b_in", (3,))],
+        [tensor("cond_out", (), T.BOOL), tensor("a_out", (3,)), tensor("b_out", (3,))])
+    m = model([h.make_node("Loop", ["M", "", "a0", "b0"], ["a", "b"], body=body)],
+              [tensor("M", (), T.INT64), tensor("a0", (3,)), tensor("b0", (3,))], [tensor("a", (3,)), tensor("b", (3,))])
+    a0, b0 = np.array([1, 2, 3], np.float32), np.array([-1, -2, -3], np.float32)
+    _check(m, [{"M": np.array(trips, np.int64), "a0": a0, "b0": b0} for trips in (0, 1, 4, 7)], [PlanEntryLoop])
+
+
+def test_while_loop_ended_by_a_condition_computed_in_the_body():
+    body = h.make_graph([
+        const_node("two", np.float32(2)), const_node("one", np.float32(1)),
+        h.make_node("Mul", ["y_in", "two"], ["y2"]), h.make_node("Add", ["y2", "one"], ["y_out"]),
+        h.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0), h.make_node("Less", ["s", "limit"], ["cond_out"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (3,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (3,))])
+    m = model([h.make_node("Loop", ["", "go", "y0"], ["y"], body=body)],
+              [tensor("go", (), T.BOOL), tensor("y0", (3,)), tensor("limit", ())], [tensor("y", (3,))])
+    y0 = np.array([0.5, 1, 2], np.float32)
+    _check(m, [{"go": np.array(go), "y0": y0, "limit": np.array(limit, np.float32)}
+               for go, limit in ((True, 1), (True, 50), (True, 1e4), (False, 1e4))], [PlanEntryLoop])
+
+
+def test_a_loop_that_ends_before_its_static_scan_length_fails_as_in_python():
+    body = h.make_graph([
+        h.make_node("Identity", ["y_in"], ["y_out"]), h.make_node("Identity", ["y_in"], ["scan"]),
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Less", ["fi", "stop"], ["cond_out"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
+    nodes = [const_node("M", np.int64(4)), const_node("c", np.array(True)),
+             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
+    m = model(nodes, [tensor("y0", (2,)), tensor("stop", ())],
+              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    y0 = np.ones(2, np.float32)
+    np.testing.assert_array_equal(lib.run({"y0": y0, "stop": np.array(10, np.float32)})[1], np.ones((4, 2), np.float32))
+    for native in (True, False):
+        with pytest.raises(RuntimeLaunchError, match="ran 2 iterations, but its scan outputs were compiled for 4"):
+            lib.executor.run_with({"y0": y0, "stop": np.array(1, np.float32)}, native=native)
+
+
+def _scan_model(axis: int, directions=(0, 1)):
+    """A running sum of x along `axis` times an outer w, as a scan output forward and another reversed."""
+    body = h.make_graph([
+        h.make_node("Mul", ["x_t", "w"], ["xw"]), h.make_node("Add", ["s_in", "xw"], ["s_out"]),
+        h.make_node("Identity", ["s_out"], ["y_t"]), h.make_node("Tanh", ["x_t"], ["z_t"]),
+    ], "body", [tensor("s_in", (3,)), tensor("x_t", (3,))],
+        [tensor("s_out", (3,)), tensor("y_t", (3,)), tensor("z_t", (3,))])
+    shape = (6, 3) if axis == 0 else (3, 6)
+    nodes = [h.make_node("Sigmoid", ["v"], ["w"]),
+             h.make_node("Scan", ["s0", "x"], ["s", "y", "z"], body=body, num_scan_inputs=1,
+                         scan_input_axes=[axis], scan_input_directions=[directions[0]],
+                         scan_output_axes=[axis, axis], scan_output_directions=list(directions))]
+    return model(nodes, [tensor("s0", (3,)), tensor("x", shape), tensor("v", (3,))],
+                 [tensor("s", (3,)), tensor("y", shape), tensor("z", shape)])
+
+
+@pytest.mark.parametrize("directions", [(0, 1), (1, 0)])
+def test_scan_along_axis_0_forward_and_reversed(directions):
+    m = _scan_model(0, directions)
+    _check(m, [_random(m, 3)], [PlanEntryScan])
+
+
+def test_a_scan_along_another_axis_stays_in_python_and_summary_says_why():
+    m = _scan_model(1)
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    assert lib.summary()["executor"] == (
+        "native entry (1 native call per run, with control-flow steps in Python between them: control_scan_0: "
+        "it scans along axis 1 (the native entry slices axis 0 only))")
+    feeds = _random(m, 4)
+    for g, w in zip(lib.run(feeds), ort.InferenceSession(m.SerializeToString()).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_body_whose_gather_indices_python_checks_stays_in_python():
+    """Scan over rows of indices: the body's gather indices are its inputs, which only Python checks."""
+    body = h.make_graph([h.make_node("Gather", ["table", "idx_t"], ["row"], axis=0),
+                         h.make_node("Add", ["acc_in", "row"], ["acc_out"])],
+                        "body", [tensor("acc_in", (4,)), tensor("idx_t", (), T.INT64)], [tensor("acc_out", (4,))])
+    m = model([h.make_node("Scan", ["acc0", "idx"], ["acc"], body=body, num_scan_inputs=1)],
+              [tensor("acc0", (4,)), tensor("idx", (5,), T.INT64), tensor("table", (3, 4))], [tensor("acc", (4,))])
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    kind = lib.summary()["executor"]
+    assert kind.startswith("python executor: every step is a control-flow step run in Python (control_scan_0: its "
+                           "body is not one native call"), kind
+    table = RNG.standard_normal((3, 4)).astype(np.float32)
+    feeds = {"acc0": np.zeros(4, np.float32), "idx": np.array([0, 2, 2, -1, 1], np.int64), "table": table}
+    np.testing.assert_allclose(lib.run(feeds)[0], table[[0, 2, 2, -1, 1]].sum(0), rtol=1e-6)
+    with pytest.raises(RuntimeLaunchError, match="index 3"):
+        lib.run({**feeds, "idx": np.array([0, 3, 0, 0, 0], np.int64)})
+
+
+def _if_in_loop(trip: int):
+    """Loop carrying y: y = If(i even) then y + x*i else (y - x*i) * x; each y a scan output."""
+    then = _branch("then", [h.make_node("Add", ["y_in", "xi"], ["t"])], "t", (2, 3))
+    other = _branch("else", [h.make_node("Sub", ["y_in", "xi"], ["e"]), h.make_node("Mul", ["e", "x"], ["e2"])],
+                    "e2", (2, 3))
+    body = h.make_graph([
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
+        const_node("two", np.int64(2)), h.make_node("Mod", ["i", "two"], ["m"]),
+        const_node("zero", np.int64(0)), h.make_node("Equal", ["m", "zero"], ["even"]),
+        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other),
+        h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Tanh", ["y_out"], ["scan"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
+    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
+             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
+    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
+
+
+def test_if_inside_a_loop_runs_as_one_native_call():
+    m = _if_in_loop(5)
+    lib = _check(m, [_random(m, seed) for seed in range(2)], [PlanEntryLoop])
+    (program,) = lib.host_programs.values()
+    body_entry = program.bodies[0].executor.native_entry
+    assert [type(s.control) for s in body_entry.spec.steps if s.control is not None] == [PlanEntryIf]
+
+
+def test_loop_inside_an_if_and_scan_inside_the_loop():
+    scan_body = h.make_graph([h.make_node("Add", ["s_in", "r_t"], ["s_out"])], "scan_body",
+                             [tensor("s_in", (3,)), tensor("r_t", (3,))], [tensor("s_out", (3,))])
+    loop_body = h.make_graph([
+        h.make_node("Scan", ["y_in", "rows"], ["summed"], body=scan_body, num_scan_inputs=1),
+        h.make_node("Sin", ["summed"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
+    ], "loop_body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (3,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (3,))])
+    then = _branch("then", [const_node("M", np.int64(3)),
+                            h.make_node("Loop", ["M", "", "y0"], ["t"], body=loop_body)], "t", (3,))
+    other = _branch("else", [h.make_node("Neg", ["y0"], ["e"])], "e", (3,))
+    m = model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
+              [tensor("c", (), T.BOOL), tensor("y0", (3,)), tensor("rows", (4, 3))], [tensor("y", (3,))])
+    feeds = _random(m, 5)
+    _check(m, [{**feeds, "c": np.array(flag)} for flag in (True, False)], [PlanEntryIf])
+
+
+def test_a_failing_body_kernel_is_named_through_the_step_and_iteration():
+    lib = tk.compile(from_onnx(_counting_loop(3)), "cpu_llvm")
+    executor = lib.executor
+    entry = executor.native_entry
+    (index, step), = [(i, s) for i, s in enumerate(entry.spec.steps) if s.control is not None]
+    (program,) = lib.host_programs.values()
+    body = program.bodies[0]
+    body_spec = body.executor.native_entry.spec
+    kernel_step = next(i for i, s in enumerate(body_spec.steps) if s.args)
+    broken_steps = list(body_spec.steps)
+    broken_steps[kernel_step] = replace(broken_steps[kernel_step], args=broken_steps[kernel_step].args[:-1])
+    broken = body.loaded_module("cpu_llvm").build_plan_entry(replace(body_spec, steps=tuple(broken_steps)))
+    control = replace(step.control, body=replace(step.control.body, address=ctypes.cast(
+        broken.function, ctypes.c_void_p).value))
+    steps = list(entry.spec.steps)
+    steps[index] = replace(step, control=control)
+    parent = body.loaded_module("cpu_llvm").build_plan_entry(replace(entry.spec, steps=tuple(steps)))
+    parent.bodies = {index: (broken,)}
+    feeds = [np.zeros((2, 3), np.float32), np.zeros((2, 3), np.float32)]
+    inputs = (ctypes.c_void_p * 2)(*(a.ctypes.data for a in feeds))
+    arena = np.zeros(entry.spec.arena_bytes, np.uint8)
+    kernel = body_spec.steps[kernel_step].kernel
+    with pytest.raises(RuntimeLaunchError, match=rf"step {index} \({step.kernel}\) of the native plan entry: "
+                                                 rf"iteration 0 of its body: step {kernel_step} \(kernel {kernel}\) "
+                                                 "of the native plan entry: .*argument count"):
+        parent(inputs, executor._native_constants, arena.ctypes.data)
+
+
+def test_native_control_flow_from_several_threads():
+    from concurrent.futures import ThreadPoolExecutor
+    m = _if_in_loop(4)
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    feeds = [_random(m, seed) for seed in range(8)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lib.run, feeds))
+    for got, feed in zip(results, feeds):
+        for g, p in zip(got, lib.executor.run_with(feed, native=False)):
+            np.testing.assert_array_equal(g, p)
