@@ -274,3 +274,37 @@ def test_native_control_flow_from_several_threads():
     for got, feed in zip(results, feeds):
         for g, p in zip(got, lib.executor.run_with(feed, native=False)):
             np.testing.assert_array_equal(g, p)
+
+
+def _sigmoid_if_tanh():
+    """sigmoid(If(flag) then tanh(exp(x)) else exp(x) * 3): kernels before and after the If."""
+    from tensorkiln import graph
+    x = graph.var("x", (4,))
+    flag = graph.var("flag", (), dtype="bool")
+    p, q = graph.Var("p", x.checked_type), graph.Var("q", x.checked_type)
+    expr = graph.call("if", flag, graph.call("exp", x), then_branch=graph.Function((p,), graph.call("tanh", p)),
+                      else_branch=graph.Function((q,), q * graph.const(np.float32(3))))
+    return graph.Module.from_expr(graph.call("sigmoid", expr))
+
+
+def test_a_module_whose_entry_runs_no_control_flow_keeps_the_python_steps(monkeypatch):
+    from tensorkiln_cpu_llvm.runtime import JITModule
+    monkeypatch.setattr(JITModule, "plan_entry_control_flow", False)   # what a plugin without it declares
+    lib = tk.compile(_sigmoid_if_tanh(), "cpu_llvm")
+    assert lib.summary()["executor"] == (
+        "native entry (2 native calls per run, with control-flow steps in Python between them: control_if_0: "
+        "target cpu_llvm's entry runs no control flow)")
+    assert [(s.native, s.end - s.begin) for s in lib.executor._segments] == [(True, 1), (False, 1), (True, 1)]
+    value = np.linspace(-1, 1, 4).astype(np.float32)
+    for flag in (True, False):
+        want = 1 / (1 + np.exp(-(np.tanh(np.exp(value)) if flag else np.exp(value) * 3)))
+        np.testing.assert_allclose(lib(flag=np.array(flag), x=value), want, rtol=1e-6)
+
+
+def test_an_entry_with_control_flow_is_never_linked_into_a_library():
+    from tensorkiln.ir.errors import CompileError
+    from tensorkiln_cpu_llvm.plan_entry import entry_object
+    lib = tk.compile(_sigmoid_if_tanh(), "cpu_llvm")
+    module = lib.loaded_module("cpu_llvm")
+    with pytest.raises(CompileError, match="control-flow steps cannot be linked into a library"):
+        entry_object(module.artifact, lib.executor.native_entry.spec, module.target)

@@ -137,7 +137,9 @@ def _spec(executor) -> tuple[_Spec | None, NativeEntry]:
     steps = []
     for index, step in enumerate(plan.steps):
         if step.kernel in host_programs:
-            record, entries, why = control_record(plan, step, host_programs[step.kernel], slot_of, scratch)
+            record, entries, why = (None, (), f"target {target.split()[0]}'s entry runs no control flow") \
+                if not getattr(module, "plan_entry_control_flow", False) else \
+                control_record(plan, step, host_programs[step.kernel], slot_of, scratch)
             if record is None:   # run by Python between native calls; never called by the entry
                 python_control.setdefault(step.kernel, why)
                 steps.append(PlanEntryStep("", ()))

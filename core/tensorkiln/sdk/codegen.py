@@ -112,6 +112,9 @@ class LoadedModule(abc.ABC):
     """Kernels of one artifact, loaded on a device."""
 
     artifact: Artifact
+    plan_entry_control_flow: bool = False
+    """Whether `build_plan_entry` runs control-flow steps (`PlanEntryStep.control`: If, Loop, Scan);
+    else the executor gives it none and runs them in Python between native calls."""
 
     @abc.abstractmethod
     def get_function(self, name: str) -> KernelFunction: ...

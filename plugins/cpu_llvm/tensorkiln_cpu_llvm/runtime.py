@@ -116,6 +116,7 @@ class JITModule(NativeModule):
     """Kernels compiled into this process by MCJIT; exportable as a shared library."""
 
     rendered_views = ("asm",)
+    plan_entry_control_flow = True   # plan_entry_control.py
 
     def __init__(self, artifact: Artifact, engine: llvm.ExecutionEngine, target=None) -> None:
         def lookup(symbol: str) -> int:
