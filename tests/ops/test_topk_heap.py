@@ -163,3 +163,23 @@ def test_heap_topk_of_ten_from_a_million_matches_numpy_through_onnx():
     order = np.argsort(x, kind="stable")[:k]
     np.testing.assert_array_equal(indices, order)
     np.testing.assert_array_equal(values, x[order])
+
+
+@pytest.mark.parametrize("target", ["opencl", "cuda"])
+def test_heap_topk_runs_one_row_per_gpu_thread(target):
+    """The GPU library binds the heap's row loop to blockIdx.x x threadIdx.x (cuda runs on its CPU shim
+    without a GPU); a row longer than the plugins' serial limit goes to the CPU, with the reason."""
+    from tensorkiln import graph
+    from tensorkiln.graph import Module
+    for shape, axis, k, where in (((300, 40), 1, 7, target), ((5, 33, 4), 1, 33, target),
+                                  ((2, 5000), 1, 3, "cpu_llvm")):
+        x = np.random.default_rng(k).integers(0, 6, shape).astype("float32")
+        x[x == 5] = np.nan
+        var = graph.var("x", shape=shape)
+        lib = tk.compile(Module.from_expr(graph.call("topk", var, k=k, axis=axis, largest=False)), target=target)
+        got = lib.run({"x": x})
+        _assert_same(got, _reference(x, k, axis, False), f"{target} {shape} k={k}")
+        (step,) = lib.placement()
+        assert step["target"].split()[0] == where
+        if where == "cpu_llvm":
+            assert "5000_elements_per_row>4096" in step["fallback_reason"]

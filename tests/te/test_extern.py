@@ -219,3 +219,54 @@ def test_extern_group_runs_on_the_c_source_targets(target):
     z = np.zeros_like(x)
     tk.build(s, [X, Z], target=resolved)(x, z)
     np.testing.assert_allclose(z, np.maximum.accumulate(3 * x, axis=1) + x, rtol=1e-6)
+
+
+def test_gpu_schedule_binds_a_lone_extern_stage_parallel_loop_to_threads():
+    rows, length = 300, 6   # two blocks of 256 threads, the second guarded
+    X = te.placeholder((rows, length), name="X")
+    Y = _prefix_max(X, rows, length)
+    s = schedule_gpu([Y], tk.target("opencl"))
+    assert [r.to_dict() for r in s.trace] == [{"primitive": "BindParallelLoops", "stage": "Y", "threads": 256}]
+    func = te.lower(s, [X, Y])
+    assert dict(func.attrs)["thread_extents"] == (("blockIdx.x", 2), ("threadIdx.x", 256))
+    assert not [loop for loop in _loops_of(func) if loop.kind is tir.ForKind.PARALLEL]
+    x = _data((rows, length), seed=6)
+    for backend in ("interpret", "opencl"):
+        y = np.zeros_like(x)
+        if backend == "interpret":
+            tir.interpret(func, x, y)
+        else:
+            tk.build(s, [X, Y], target="opencl")(x, y)
+        np.testing.assert_allclose(y, np.maximum.accumulate(x, axis=1), rtol=1e-6, err_msg=backend)
+    replayed = te.replay(te.trace.from_json(te.trace.to_json(s.trace)), te.create_schedule(Y.op))
+    assert str(te.lower(replayed, [X, Y])) == str(func)
+
+
+def _loops_of(func):
+    found = []
+    post_order_visit(func.body, lambda x: found.append(x) if isinstance(x, tir.For) else None)
+    return found
+
+
+def test_bind_parallel_loops_refusals():
+    X, Z = _group()
+    s = te.create_schedule(Z.op)
+    with pytest.raises(ScheduleError, match=r"bind_parallel_loops on stage Z: only an extern stage"):
+        s["Z"].bind_parallel_loops(64)
+    with pytest.raises(ScheduleError, match=r"bind_parallel_loops on stage Y: threads=0 must be a positive"):
+        s["Y"].bind_parallel_loops(0)
+
+    def nested(ins, outs):
+        ib = te.IRBuilder()
+        x, y = ib.buffer(ins[0]), ib.buffer(outs[0])
+        with ib.for_range(0, 2, name="outer"):
+            with ib.for_range(0, LENGTH, name="i", kind="parallel") as i:
+                y[i] = x[i]
+        return ib.get()
+    A = te.placeholder((LENGTH,), name="A")
+    (B,) = te.extern([(LENGTH,)], [A], nested, name="B")
+    s = te.create_schedule(B.op)
+    s[B].bind_parallel_loops(32)
+    with pytest.raises(ScheduleError, match=r"bind_parallel_loops on stage B: its parallel loop i is not the body's "
+                                            r"outermost statement"):
+        te.lower(s, [A, B])

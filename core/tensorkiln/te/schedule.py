@@ -84,6 +84,7 @@ class Stage:
         self.storage_aligns: dict[IterVar, tuple[int, int]] = {}
         self.partition_spec: tuple[str, int | None] | None = None   # (kind, factor) of its buffer
         self.stream_depth: int | None = None                          # its buffer is a FIFO of this depth
+        self.parallel_threads: int | None = None   # an extern stage's parallel loop on GPU threads, per block
         self.is_output = False
 
     def __repr__(self) -> str:
@@ -327,6 +328,24 @@ class Stage:
         attr.kind = n.ForKind.THREAD_BINDING
         attr.thread_tag = thread_ivar.thread_tag
         self._record(tr.Bind(self.name, iv.name, thread_ivar.thread_tag))
+
+    def bind_parallel_loops(self, threads: int) -> None:
+        """Extern stages only: run the PARALLEL loop that is their body's outermost statement (its
+        iterations are independent) on GPU threads, `threads` per block, one iteration each:
+
+            s[values].bind_parallel_loops(64)   # topk: one thread per row
+
+        The loop becomes blockIdx.x x threadIdx.x with a guard for the tail; a body without a
+        parallel loop runs on one thread, and one whose parallel loops are nested or several
+        raises ScheduleError when lowered.
+        """
+        if not self.is_extern:
+            raise self._error("bind_parallel_loops", "only an extern stage (te.extern) has loops its body marks "
+                              "parallel; bind a compute stage's axes with bind()")
+        if _as_int(threads) is None or threads <= 0:
+            raise self._error("bind_parallel_loops", f"threads={to_python(threads)!r} must be a positive integer")
+        self.parallel_threads = int(threads)
+        self._record(tr.BindParallelLoops(self.name, self.parallel_threads))
 
     def pragma(self, axis, key: str, value=None) -> None:
         """Attach `(key, value)` to the loop's For.annotations for the code emitter."""

@@ -334,7 +334,10 @@ class ScheduleLowering:
                                     "row-major buffer (storage_align or compute_at changed it); an extern body "
                                     "reads whole buffers, so leave its producers at the root without storage_align")
             inputs.append(source.buffer)
-        return stage.op.build_body(inputs, info.buffers)
+        body = stage.op.build_body(inputs, info.buffers)
+        if stage.parallel_threads is not None:
+            body = _bind_parallel_loop(stage, body, stage.parallel_threads)
+        return body
 
     def _aligned_strides(self, info: _StageInfo) -> list[int]:
         strides, acc = [], 1
@@ -663,6 +666,44 @@ def predicate_select_loads(expr: n.PrimExpr, bounds: dict) -> n.PrimExpr:
                 return n.Select(x.condition, true_value, false_value)
         return None
     return rewrite(expr, post=post)
+
+
+def _bind_parallel_loop(stage: Stage, body: n.Stmt, threads: int) -> n.Stmt:
+    """An extern body's outermost PARALLEL loop (under its LetStmts) as blockIdx.x x threadIdx.x."""
+    def bind(stmt):
+        if isinstance(stmt, n.LetStmt):
+            inner = bind(stmt.body)
+            return None if inner is None else n.LetStmt(stmt.var, stmt.value, inner)
+        if not isinstance(stmt, n.For) or stmt.kind is not n.ForKind.PARALLEL:
+            return None
+        extent = as_int(stmt.extent)
+        if extent is None:
+            raise ScheduleError(f"bind_parallel_loops on stage {stage.name}: the parallel loop {stmt.loop_var.name} "
+                                f"has a symbolic extent {stmt.extent}; GPU launches need a static one")
+        per_block = max(1, min(threads, extent))
+        blocks = -(-extent // per_block)
+        block, thread = n.Var(f"{stmt.loop_var.name}.block"), n.Var(f"{stmt.loop_var.name}.thread")
+        index = n.Add(n.Mul(block, n.IntImm("int32", per_block)), thread)
+        inner: n.Stmt = n.LetStmt(stmt.loop_var, index if as_int(stmt.min) == 0 else n.Add(stmt.min, index),
+                                  stmt.body)
+        if blocks * per_block > extent:
+            inner = n.IfThenElse(n.LT(index, n.IntImm("int32", extent)), inner)
+        inner = n.For(thread, n.IntImm("int32", 0), n.IntImm("int32", per_block), n.ForKind.THREAD_BINDING, inner,
+                      "threadIdx.x")
+        return n.For(block, n.IntImm("int32", 0), n.IntImm("int32", blocks), n.ForKind.THREAD_BINDING, inner,
+                     "blockIdx.x")
+
+    bound = bind(body)
+    if bound is not None:
+        return bound
+    parallel = []
+    post_order_visit(body, lambda x: parallel.append(x) if isinstance(x, n.For) and x.kind is n.ForKind.PARALLEL
+                     else None)
+    if parallel:
+        raise ScheduleError(f"bind_parallel_loops on stage {stage.name}: its parallel loop "
+                            f"{parallel[0].loop_var.name} is not the body's outermost statement, so threads could "
+                            "not run it alone; make it the outermost loop, or leave the stage on one thread")
+    return body   # nothing parallel (one row): one thread runs it
 
 
 def _reads_of(body, stage: Stage) -> list[tuple]:

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["Record", "Split", "Fuse", "Reorder", "Tile", "Unroll", "Vectorize", "Parallel",
            "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "StorageAlign",
            "Tensorize", "CacheRead", "CacheWrite", "SetScope", "RFactor", "Pipeline", "LoopTripcount", "Partition", "Stream",
-           "Dataflow", "replay", "to_json", "from_json"]
+           "Dataflow", "BindParallelLoops", "replay", "to_json", "from_json"]
 
 
 class Record:
@@ -282,10 +282,19 @@ class RFactor(Record):
         return s.rfactor(s.tensor_by_name(self.tensor), self.axis, self.factor_axis)
 
 
+@dataclass(frozen=True)
+class BindParallelLoops(Record):
+    stage: str
+    threads: int
+
+    def apply(self, s):
+        return s[self.stage].bind_parallel_loops(self.threads)
+
+
 _RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Split, Fuse, Reorder, Tile, Unroll, Vectorize, Parallel, ComputeAt, ComputeInline, ComputeRoot, Bind,
     Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, RFactor, Pipeline, LoopTripcount, Partition, Stream,
-    Dataflow)}
+    Dataflow, BindParallelLoops)}
 
 
 def record_from_dict(data: Mapping) -> Record:

@@ -31,16 +31,15 @@ def tensorkiln_strategies(target):
 
 
 SERIAL_TOPK_MAX_ELEMENTS = 4096
-"""topk's values and indices share their ranking stage, so the GPU library runs the whole group
-on one work-item (sdk/schedules/gpu.py); past this many input elements the CPU is faster."""
+"""topk is a serial heap per row (core ops/sort.py, an extern stage) and the GPU library gives each
+row a work-item of its own (sdk/schedules/gpu.py); past this many elements in a row the CPU is faster."""
 
 
 def _topk_runs_well(call):
-    elements = 1
-    for extent in call.args[0].checked_type.shape:
-        elements *= int(extent)
-    if elements > SERIAL_TOPK_MAX_ELEMENTS:
-        return (f"serial_on_one_work_item:{elements}_elements>{SERIAL_TOPK_MAX_ELEMENTS}")
+    shape = call.args[0].checked_type.shape
+    row = int(shape[call.attrs.axis % len(shape)]) if shape else 1
+    if row > SERIAL_TOPK_MAX_ELEMENTS:
+        return f"serial_on_one_work_item:{row}_elements_per_row>{SERIAL_TOPK_MAX_ELEMENTS}"
     return True
 
 

@@ -28,8 +28,9 @@ stage lives in "local" scope: bound inference then gives it exactly one thread's
 (a fused-then-split loop, or "global" scope, relaxes the region to most of the tensor).
 
 A group whose outputs read one another (or share a non-inlined intermediate), or that holds an
-extern stage (te.extern: serial loop IR, like topk's heap), runs serially on one work-item:
-correct, and rare after fusion.
+extern stage (te.extern: serial loop IR, like topk's heap) beside other stages, runs serially
+on one work-item: correct, and rare after fusion. An extern stage alone runs the PARALLEL loop
+its body starts with on the threads, one iteration each (topk: one thread per row).
 """
 from __future__ import annotations
 
@@ -97,7 +98,9 @@ def schedule_gpu(outputs, target, config: dict | None = None) -> te.Schedule:
     target = _Tuned(resolve_target(target), dict(config or {}))
     s = te.create_schedule([t.op for t in outputs])
     if any(stage.is_extern for stage in s.stages):
-        # an extern body is serial code that every thread would run, racing on its buffers
+        if len(s.stages) == 1:   # the extern stage alone: its parallel loop's iterations are independent
+            s.stages[0].bind_parallel_loops(threads_per_block(target))
+        # otherwise every thread would run the other stages' serial code, racing on their buffers
         return s  # one work-item runs the whole group in order
     _inline_non_reductions(s)
     needs = {id(out.op): _stages_needed(s, out) for out in outputs}
