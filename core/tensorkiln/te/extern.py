@@ -17,10 +17,12 @@ built by a function of the stage's buffers.
 
 Contract of `fbody(input_buffers, output_buffers) -> tir.Stmt`: one tir.Buffer per input and per
 output, in order, each holding its whole tensor flat and row-major (index 0 .. size - 1); the
-body writes every element of every output. Schedules cannot change an extern stage (every
-primitive on it raises ScheduleError); the stages around it keep their schedules. Its outputs
-are always stored, never inlined, and its inputs are read from whole buffers (a producer of an
-extern stage is computed at the root).
+body writes every element of every output. A loop the body marks "parallel" must have
+independent iterations: CPUs run it on threads, and `s[Y].bind_parallel_loops(threads)` maps
+it onto GPU threads when it is the body's outermost statement. Schedules cannot otherwise
+change an extern stage (every other primitive on it raises ScheduleError); the stages around it
+keep their schedules. Its outputs are always stored, never inlined, and its inputs are read
+from whole buffers (a producer of an extern stage is computed at the root).
 """
 from __future__ import annotations
 

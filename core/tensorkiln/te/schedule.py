@@ -436,7 +436,8 @@ class Stage:
 
 class ExternStage(Stage):
     """The stage of a te.extern op. Its body builds its own loops, so every primitive but
-    compute_root (where it always is) is refused; the stages around it are scheduled as usual."""
+    compute_root (where it always is) and bind_parallel_loops (GPU threads for the loop its body
+    marks parallel) is refused; the stages around it are scheduled as usual."""
 
     is_extern = True
 
