@@ -308,3 +308,30 @@ def test_an_entry_with_control_flow_is_never_linked_into_a_library():
     module = lib.loaded_module("cpu_llvm")
     with pytest.raises(CompileError, match="control-flow steps cannot be linked into a library"):
         entry_object(module.artifact, lib.executor.native_entry.spec, module.target)
+
+
+def test_a_loop_whose_scan_length_is_a_run_time_value_runs_native_per_specialisation():
+    """The trip count of a loop with scan outputs is a graph input: its output shapes depend on its value, so
+    tk.compile specialises on it (runtime/specialize.py) and each specialisation has static shapes and
+    runs its loop in the native entry."""
+    body = h.make_graph([
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
+        h.make_node("Add", ["y_in", "xi"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
+        h.make_node("Identity", ["y_out"], ["scan"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
+    m = model([h.make_node("Loop", ["M", "", "y0"], ["y", "s"], body=body)],
+              [tensor("M", (), T.INT64), tensor("x", (2,)), tensor("y0", (2,))],
+              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+    lib = tk.compile(m, "cpu_llvm")
+    session = ort.InferenceSession(m.SerializeToString())
+    for trips in (3, 5):
+        feeds = {"M": np.array(trips, np.int64), "x": np.array([1, -2], np.float32), "y0": np.array([.5, .25], np.float32)}
+        specialisation = lib.specialize(feeds)
+        assert specialisation.summary()["executor"] == NATIVE_EXECUTOR
+        got = lib.run(feeds)
+        assert got[1].shape == (trips, 2)
+        python = specialisation.executor.run_with({"x": feeds["x"], "y0": feeds["y0"]}, native=False)   # M is baked in
+        for g, p, w in zip(got, python, session.run(None, feeds)):
+            np.testing.assert_array_equal(g, p)
+            np.testing.assert_allclose(g, w, rtol=1e-6)
