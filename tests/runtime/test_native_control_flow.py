@@ -157,21 +157,27 @@ def _scan_model(axis: int, directions=(0, 1)):
                  [tensor("s", (3,)), tensor("y", shape), tensor("z", shape)])
 
 
+@pytest.mark.parametrize("axis", [0, 1])
 @pytest.mark.parametrize("directions", [(0, 1), (1, 0)])
-def test_scan_along_axis_0_forward_and_reversed(directions):
-    m = _scan_model(0, directions)
-    _check(m, [_random(m, 3)], [PlanEntryScan])
+def test_scan_along_each_axis_forward_and_reversed(axis, directions):
+    """Axis 0 slices are read in place; axis 1 slices are gathered into a buffer and scattered back."""
+    m = _scan_model(axis, directions)
+    lib = _check(m, [_random(m, 3)], [PlanEntryScan])
+    (step,) = [s for s in lib.executor.native_entry.spec.steps if s.control is not None]
+    assert step.control.input_outer == ((1,) if axis == 0 else (3,))
+    assert step.control.output_outer == ((1, 1) if axis == 0 else (3, 3))
 
 
-def test_a_scan_along_another_axis_stays_in_python_and_summary_says_why():
-    m = _scan_model(1)
-    lib = tk.compile(from_onnx(m), "cpu_llvm")
-    assert lib.summary()["executor"] == (
-        "native entry (1 native call per run, with control-flow steps in Python between them: control_scan_0: "
-        "it scans along axis 1 (the native entry slices axis 0 only))")
-    feeds = _random(m, 4)
-    for g, w in zip(lib.run(feeds), ort.InferenceSession(m.SerializeToString()).run(None, feeds)):
-        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+def test_scan_over_a_3d_input_along_its_middle_axis_with_a_captured_value():
+    body = h.make_graph([h.make_node("Mul", ["x_t", "w"], ["p"]), h.make_node("Add", ["s_in", "p"], ["s_out"]),
+                         h.make_node("Neg", ["p"], ["y_t"])],
+                        "body", [tensor("s_in", (2, 4)), tensor("x_t", (2, 4))],   # w: the outer graph's
+                        [tensor("s_out", (2, 4)), tensor("y_t", (2, 4))])
+    m = model([h.make_node("Scan", ["s0", "x"], ["s", "y"], body=body, num_scan_inputs=1,
+                           scan_input_axes=[1], scan_output_axes=[2])],
+              [tensor("s0", (2, 4)), tensor("x", (2, 5, 4)), tensor("w", (2, 4))],
+              [tensor("s", (2, 4)), tensor("y", (2, 4, 5))])
+    _check(m, [_random(m, 6)], [PlanEntryScan])
 
 
 def test_a_body_whose_gather_indices_python_checks_stays_in_python():

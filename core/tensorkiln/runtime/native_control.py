@@ -3,8 +3,8 @@
 A control-flow step (runtime/control_flow.py) runs inside the native entry when each of its
 bodies runs as one native call of its own (the body's executor has a native entry with one
 segment, or the body has no kernels at all) and its shapes and dtypes fit what the entry does
-(sdk/plan_entry.py `PlanEntryIf`, `PlanEntryLoop`, `PlanEntryScan`): a bool condition, an int64
-trip count, scans along axis 0. Else `control_record` says why, and the step stays a Python step
+(sdk/plan_entry.py `PlanEntryIf`, `PlanEntryLoop`, `PlanEntryScan`): a bool condition and an
+int64 trip count. Else `control_record` says why, and the step stays a Python step
 between native calls. The records hold the bodies' addresses in this process: the body models
 (kept by the step's `ControlFlowProgram`) and `Scratch.keep` keep them alive.
 """
@@ -163,20 +163,24 @@ def _loop_record(plan, step, program, args: _Arguments, outputs, scratch: Scratc
 def _scan_record(plan, step, program, args: _Arguments, outputs, scratch: Scratch):
     attrs = program.attrs
     states, count = attrs.num_states, len(attrs.input_axes)
-    moved = [a for a in (*attrs.input_axes, *attrs.output_axes) if a != 0]
-    if moved:
-        raise _Unsupported(f"it scans along axis {moved[0]} (the native entry slices axis 0 only)")
     (body_model,) = program.bodies
-    inputs = [plan.values[step.inputs[s]] if isinstance(s, int) else np.asarray(s)
+    shapes = [plan.values[step.inputs[s]].shape if isinstance(s, int) else np.shape(s)
               for s in program.spec.sources[states:states + count]]
-    length = inputs[0].shape[0]
+    length = shapes[0][attrs.input_axes[0]]
     arena = scratch.take(_arena_bytes(body_model))
     body, body_entry = _body(body_model, arena, len(args.slots))
     state_bytes = tuple(args.sizes[:states])
     buffers = tuple(tuple(scratch.take(n) for n in state_bytes) for _ in range(2))
     slice_bytes = tuple(args.sizes[states + i] // length if length else 0 for i in range(count))
+    # a slice along axis a is prod(shape[:a]) runs of contiguous bytes: gathered into a buffer unless one
+    input_outer = tuple(int(np.prod(shape[:axis], dtype=np.int64)) for shape, axis in zip(shapes, attrs.input_axes))
+    slice_buffers = tuple(scratch.take(n) if outer > 1 else -1 for n, outer in zip(slice_bytes, input_outer))
+    body_plan = body_model.executor.plan
+    element_shapes = [body_plan.values[v].shape for v in body_plan.outputs[states:]]
+    output_outer = tuple(int(np.prod(shape[:axis], dtype=np.int64))
+                         for shape, axis in zip(element_shapes, attrs.output_axes))
     record = PlanEntryScan(
         body, length, tuple(args.slots[:states]), state_bytes, tuple(args.slots[states:states + count]), slice_bytes,
         tuple(attrs.input_directions), tuple(args.slots[states + count:]), outputs, tuple(body.output_bytes[states:]),
-        tuple(attrs.output_directions), buffers, scratch.take(DETAIL_BYTES))
+        tuple(attrs.output_directions), buffers, scratch.take(DETAIL_BYTES), input_outer, slice_buffers, output_outer)
     return record, (body_entry,), ""

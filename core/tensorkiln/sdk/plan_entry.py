@@ -152,10 +152,13 @@ class PlanEntryLoop:
 
 @dataclass(frozen=True)
 class PlanEntryScan:
-    """ONNX Scan (run_scan) over axis 0 of each scan input: `length` iterations; iteration i reads
-    slice i (or length-1-i where `input_directions` says 1) of each of `scan_inputs`
-    (`slice_bytes` each) and writes its element e at row i (or length-1-i) of scan output e.
-    States live in two sets of arena buffers like a loop's carried values."""
+    """ONNX Scan (run_scan): `length` iterations; iteration i reads slice i (or length-1-i where
+    `input_directions` says 1) of each of `scan_inputs` (`slice_bytes` each) and writes its element e
+    at row i (or length-1-i) of scan output e. States live in two sets of arena buffers like a loop's
+    carried values. A scan axis past 0 splits a slice into `input_outer[k]` runs of contiguous bytes
+    (the product of the extents before the axis), which the entry gathers into the arena buffer at
+    `slice_buffers[k]` (-1: axis 0, the slice is read in place); likewise element e goes to
+    `output_outer[e]` runs of scan output e."""
 
     body: PlanEntryBody
     length: int
@@ -170,6 +173,9 @@ class PlanEntryScan:
     output_directions: tuple[int, ...]
     state_buffers: tuple[tuple[int, ...], tuple[int, ...]]
     detail: int
+    input_outer: tuple[int, ...] = ()
+    slice_buffers: tuple[int, ...] = ()
+    output_outer: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

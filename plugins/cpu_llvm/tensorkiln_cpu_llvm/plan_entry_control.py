@@ -178,6 +178,21 @@ def _emit_loop(frame: _Frame, control: PlanEntryLoop) -> None:
     builder.ret(I32(0))
 
 
+def _strided(frame: _Frame, packed: ir.Value, whole: ir.Value, row: ir.Value, outer: int, inner: int, length: int,
+             gather: bool) -> None:
+    """Copy row `row` along a scan axis of `whole` (`outer` runs of `inner` bytes, `length` rows between
+    runs) from (`gather`) or to the contiguous `packed`."""
+    builder = frame.builder
+    with for_range(builder, I64(0), I64(outer), name="run") as run:
+        strided = builder.gep(whole, [builder.mul(builder.add(builder.mul(run, I64(length)), row), I64(inner))],
+                              inbounds=True)
+        dense = builder.gep(packed, [builder.mul(run, I64(inner))], inbounds=True)
+        if gather:
+            frame.copy(dense, strided, inner)
+        else:
+            frame.copy(strided, dense, inner)
+
+
 def _emit_scan(frame: _Frame, control) -> None:
     builder = frame.builder
     body = control.body
@@ -196,16 +211,28 @@ def _emit_scan(frame: _Frame, control) -> None:
         reverse = builder.sub(last, step)
         for index, (slot, nbytes, direction) in enumerate(zip(control.scan_inputs, control.slice_bytes,
                                                                control.input_directions)):
-            row = builder.mul(reverse if direction else step, I64(nbytes))
-            frame.put(table, states + index, builder.gep(frame.slot(slot), [row], inbounds=True))
+            row = reverse if direction else step
+            outer = control.input_outer[index] if control.input_outer else 1
+            if outer == 1:   # the slice is contiguous: read in place
+                frame.put(table, states + index, builder.gep(frame.slot(slot), [builder.mul(row, I64(nbytes))],
+                                                             inbounds=True))
+                continue
+            buffer = frame.at(control.slice_buffers[index])
+            _strided(frame, buffer, frame.slot(slot), row, outer, nbytes // outer, control.length, gather=True)
+            frame.put(table, states + index, buffer)
         frame.call(body, table, control.detail, 0, step)
         for index, nbytes in enumerate(control.state_bytes):
             frame.copy(_pick(builder, odd, frame, first[index], second[index]), frame.result(body, table, index),
                        nbytes)
         for index, (nbytes, direction) in enumerate(zip(control.scan_bytes, control.output_directions)):
-            row = builder.mul(reverse if direction else step, I64(nbytes))
-            target = builder.gep(frame.slot(control.outputs[states + index]), [row], inbounds=True)
-            frame.copy(target, frame.result(body, table, states + index), nbytes)
+            row = reverse if direction else step
+            outer = control.output_outer[index] if control.output_outer else 1
+            element = frame.result(body, table, states + index)
+            output = frame.slot(control.outputs[states + index])
+            if outer == 1:
+                frame.copy(builder.gep(output, [builder.mul(row, I64(nbytes))], inbounds=True), element, nbytes)
+            else:
+                _strided(frame, element, output, row, outer, nbytes // outer, control.length, gather=False)
     final = second if control.length % 2 else first
     for index, nbytes in enumerate(control.state_bytes):
         frame.copy(frame.slot(control.outputs[index]), frame.at(final[index]), nbytes)
