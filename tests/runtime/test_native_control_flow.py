@@ -103,7 +103,8 @@ def test_loop_whose_carried_values_swap_places_each_iteration():
     ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("a_in", (3,)), tensor("b_in", (3,))],
         [tensor("cond_out", (), T.BOOL), tensor("a_out", (3,)), tensor("b_out", (3,))])
     m = model([h.make_node("Loop", ["M", "", "a0", "b0"], ["a", "b"], body=body)],
-              [tensor("M", (), T.INT64), tensor("a0", (3,)), tensor("b0", (3,))], [tensor("a", (3,)), tensor("b", (3,))])
+              [tensor("M", (), T.INT64), tensor("a0", (3,)), tensor("b0", (3,))],
+              [tensor("a", (3,)), tensor("b", (3,))])
     a0, b0 = np.array([1, 2, 3], np.float32), np.array([-1, -2, -3], np.float32)
     _check(m, [{"M": np.array(trips, np.int64), "a0": a0, "b0": b0} for trips in (0, 1, 4, 7)], [PlanEntryLoop])
 
@@ -332,7 +333,8 @@ def test_a_loop_whose_scan_length_is_a_run_time_value_runs_native_per_specialisa
     lib = tk.compile(m, "cpu_llvm")
     session = ort.InferenceSession(m.SerializeToString())
     for trips in (3, 5):
-        feeds = {"M": np.array(trips, np.int64), "x": np.array([1, -2], np.float32), "y0": np.array([.5, .25], np.float32)}
+        feeds = {"M": np.array(trips, np.int64), "x": np.array([1, -2], np.float32),
+                 "y0": np.array([.5, .25], np.float32)}
         specialisation = lib.specialize(feeds)
         assert specialisation.summary()["executor"] == NATIVE_EXECUTOR
         got = lib.run(feeds)

@@ -116,7 +116,7 @@ def control_record(plan, step, program, slot_of, scratch: Scratch) -> tuple[Any,
         if isinstance(attrs, IfAttrs):
             return _if_record(program, args, outputs, output_bytes, scratch)
         if isinstance(attrs, LoopAttrs):
-            return _loop_record(plan, step, program, args, outputs, scratch)
+            return _loop_record(program, args, outputs, scratch)
         if isinstance(attrs, ScanAttrs):
             return _scan_record(plan, step, program, args, outputs, scratch)
         raise _Unsupported(f"{type(attrs).__name__} is not a control-flow op the entry knows")
@@ -135,7 +135,7 @@ def _if_record(program, args: _Arguments, outputs, output_bytes, scratch: Scratc
     return record, (then_entry, else_entry), ""
 
 
-def _loop_record(plan, step, program, args: _Arguments, outputs, scratch: Scratch):
+def _loop_record(program, args: _Arguments, outputs, scratch: Scratch):
     attrs = program.attrs
     carried = attrs.num_carried
     if attrs.has_trip_count:

@@ -25,7 +25,8 @@ from ..ir.dtypes import to_numpy
 from ..sdk.arg_checks import written_params
 from ..sdk.plan_entry import PlanEntry, PlanEntrySpec, PlanEntryStep, Slot
 
-__all__ = ["NativeEntry", "static_reason", "Segment", "plan_levels", "segments", "build_native_entry", "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
+__all__ = ["NativeEntry", "static_reason", "Segment", "plan_levels", "segments", "build_native_entry",
+           "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
            "PYTHON_EXECUTOR", "NATIVE_EXECUTOR"]
 
 NATIVE_EXECUTOR = "native entry (one call per run)"
