@@ -4,7 +4,10 @@ The compiler compiles each body of an `if`, `loop` or `scan` call (graph/ops/con
 as a CompiledModel of its own and makes the call a step of the plan whose "kernel" is a
 host program from here: the executor hands it the step's input arrays and copies its
 results into the step's outputs. A body runs through its own executor (`run_with`, which
-is thread safe), so a body may hold control flow in turn, to any depth.
+is thread safe), so a body may hold control flow in turn, to any depth. This is the Python
+path; when the model runs in a native entry that takes control flow, the entry runs the step
+itself with the same semantics (runtime/native_control.py, sdk/plan_entry.py), and this program
+runs only where it cannot, or with `native=False`.
 
 Arguments of the control-flow call that fusion inlined as scalar constants are not step
 inputs; `ArgumentSpec` puts them back in place.

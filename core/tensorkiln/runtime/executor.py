@@ -17,7 +17,8 @@ a sequence of them from several threads interleaves; call `run_with` from thread
 
 Native entry. When every step runs on one host-memory target whose loaded module offers a
 whole-plan entry (cpu_llvm does; runtime/native_entry.py), a run is one native call that runs
-the kernels in order over the state's arena (control-flow steps run here, between native
+the kernels in order over the state's arena (control-flow steps too, calling their bodies'
+entries, when runtime/native_control.py can describe them; any other runs here, between native
 calls: `_segments`), and `run_with` hands it the caller's large input arrays without a copy
 when they already have the right dtype, shape and layout (native_entry.place_input).
 `native_reason` says why a plan runs step by step in Python instead;
