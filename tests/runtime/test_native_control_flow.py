@@ -343,3 +343,35 @@ def test_a_loop_whose_scan_length_is_a_run_time_value_runs_native_per_specialisa
         for g, p, w in zip(got, python, session.run(None, feeds)):
             np.testing.assert_array_equal(g, p)
             np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_two_loops_of_one_concurrent_level_overlap_on_their_own_buffers():
+    """Two independent loops (one concurrent level): run at once by the entry's team, each on its own
+    body arena and carried buffers, they give the Python executor's bits."""
+    def body(name, op):
+        return h.make_graph([
+            h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node(op, ["y_in", "fi"], ["y_out"]),
+            h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Sin", ["y_out"], ["scan"]),
+        ], name, [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (16,))],
+            [tensor("cond_out", (), T.BOOL), tensor("y_out", (16,)), tensor("scan", (16,))])
+    nodes = [const_node("M", np.int64(9)),
+             h.make_node("Loop", ["M", "", "a0"], ["a", "sa"], body=body("add", "Add")),
+             h.make_node("Loop", ["M", "", "b0"], ["b", "sb"], body=body("mul", "Mul"))]
+    m = model(nodes, [tensor("a0", (16,)), tensor("b0", (16,))],
+              [tensor("a", (16,)), tensor("sa", (9, 16)), tensor("b", (16,)), tensor("sb", (9, 16))])
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    executor = lib.executor
+    spec = executor.native_entry.spec
+    assert any(len(level) == 2 and all(spec.steps[i].control for i in level) for level in spec.levels), spec.levels
+    feeds = _random(m, 8)
+    expected = executor.run_with(feeds, native=False)
+    storages = {s.id: s for s in lib.plan.storages}
+    inputs = (ctypes.c_void_p * 2)(*(feeds[name].ctypes.data for name in ("a0", "b0")))
+    for overlap in (1, 2, 3):
+        arena = np.zeros(spec.arena_bytes, np.uint8)
+        executor.native_entry(inputs, executor._native_constants, arena.ctypes.data, overlap)
+        for value_id, want in zip(lib.plan.outputs, expected):
+            value = lib.plan.values[value_id]
+            offset = storages[value.storage].offset
+            np.testing.assert_array_equal(arena[offset:offset + value.nbytes].view(np.float32).reshape(value.shape),
+                                          want)
