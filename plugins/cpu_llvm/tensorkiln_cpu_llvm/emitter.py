@@ -11,8 +11,10 @@ Pipeline (`LLVMEmitter.emit`):
    the passes to report (e.g. "loop-vectorize");
 4. emit a position-independent object (assembly text only on request).
 
-A module of many kernels is optimised in chunks by worker processes (parallel_compile.py)
-and linked back into one module before step 4; the object computes what a serial compile
+A module of many kernels is optimised and compiled to object code in chunks by worker
+processes (parallel_compile.py); their bitcode is linked back into one module (the
+artifact's optimized IR) and their objects merged into one (`ld -r`; without a linker the
+parent emits the object of the linked module). The object computes what a serial compile
 makes. TENSORKILN_COMPILE_JOBS=1 keeps it in one process.
 
 Steps 1-4 are skipped when kernel_cache.py holds the module (same kernels, target,
@@ -46,7 +48,7 @@ from .host import MachineConfig, machine_config, target_machine
 from .kernel_cache import cache_key, kernel_cache
 from .llvm_passes import REMARKS_ENV, link_intrinsic_sources, optimize
 from .lowp import add_bfloat_runtime
-from .parallel_compile import ChunkJob, compile_jobs, optimize_chunks
+from .parallel_compile import ChunkJob, chunk_sizes, compile_jobs, merge_objects, object_linker, optimize_chunks
 from .stmts import FunctionCodegen
 
 __all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
@@ -180,8 +182,9 @@ class LLVMEmitter(Emitter):
                             metadata=dict(record["metadata"]))
         machine = target_machine(config)
         jobs = compile_jobs(len(funcs))
+        binary = None
         if jobs > 1:
-            parsed, unoptimized, module = self._build_in_chunks(funcs, target, config, machine, jobs)
+            parsed, unoptimized, module, binary = self._build_in_chunks(funcs, target, config, machine, jobs)
         else:
             module = self._build_module(funcs, target, config, machine)
             unoptimized = _unoptimized_text(module.llvm_module)
@@ -193,7 +196,8 @@ class LLVMEmitter(Emitter):
         record = {"source": str(parsed), "sources": {"llvm-unoptimized": unoptimized},
                   "metadata": {"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
                                "cpu": config.cpu, "opt_level": config.opt_level, WRITTEN_METADATA_KEY: module.written}}
-        binary = bytes(machine.emit_object(parsed))
+        if binary is None:
+            binary = bytes(machine.emit_object(parsed))
         if cache:
             cache.put(key, record, binary)
         return Artifact(target=str(target), format="llvm-ir", source=record["source"], kernels=module.signatures,
@@ -202,25 +206,41 @@ class LLVMEmitter(Emitter):
     def _build_in_chunks(self, funcs, target, config: MachineConfig, machine, jobs: int):
         """Optimise `jobs` chunks of the kernels in parallel (parallel_compile.py), then link them into one module.
 
-        The first chunk holds the module's globals (thread count, metadata of every kernel);
-        the others declare the thread count and hold only their kernels.
+        The first chunk, the parent's, holds the module's globals (thread count, metadata of every
+        kernel); the others declare the thread count and hold only their kernels. The workers' chunks
+        are written first and the parent's while they run. Returns the linked module, the
+        unoptimized text, the first chunk's build and the merged object code (None: emit it from
+        the linked module, no linker was found or the merge failed).
         """
-        chunks = [funcs[index::jobs] for index in range(jobs)]   # interleaved: big and small kernels spread out
-        built = [self._build_module(funcs, target, config, machine, kernels=chunk, owns_globals=index == 0)
-                 for index, chunk in enumerate(chunks)]
-        texts = [_unoptimized_text(b.llvm_module) for b in built]
-        for text, chunk in zip(texts, chunks):   # a parse error names its kernels here, before any worker runs
-            _parse(text, f"the module for {[f.name for f in chunk]}")
-        bitcode = optimize_chunks([ChunkJob(text, tuple(b.linker.sources.items()), config.triple, config.cpu,
-                                            config.features, config.opt_level) for text, b in zip(texts, built)],
-                                  link=self._link_intrinsics)
-        parsed = llvm.parse_bitcode(bitcode[0])
-        for code in bitcode[1:]:
-            parsed.link_in(llvm.parse_bitcode(code))
+        chunks = _split(funcs, chunk_sizes(len(funcs), jobs))
+        merge = object_linker() is not None
+        built: list = [None] * len(chunks)
+        texts: list = [None] * len(chunks)
+
+        def chunk_job(index: int) -> ChunkJob:
+            built[index] = self._build_module(funcs, target, config, machine, kernels=chunks[index],
+                                              owns_globals=index == 0)
+            texts[index] = _unoptimized_text(built[index].llvm_module)
+            return ChunkJob(texts[index], tuple(built[index].linker.sources.items()), config.triple, config.cpu,
+                            config.features, config.opt_level, emit_object=merge)
+
+        def parse(text: str) -> llvm.ModuleRef:   # a chunk LLVM rejects is named by its kernels
+            index = texts.index(text)
+            return _parse(text, f"the module for {[f.name for f in chunks[index]]}")
+
+        worker_jobs = [chunk_job(index) for index in range(1, len(chunks))]
+        results = optimize_chunks([functools.partial(chunk_job, 0), *worker_jobs], link=self._link_intrinsics,
+                                  parse=parse)
+        parsed = llvm.parse_bitcode(results[0].bitcode)
+        for result in results[1:]:
+            parsed.link_in(llvm.parse_bitcode(result.bitcode))
         parsed.verify()
+        binary = None
+        if merge and all(r.object_code for r in results):
+            binary = merge_objects([r.object_code for r in results])
         libraries = list(dict.fromkeys(library for b in built for library in b.linker.libraries))
         built[0].linker.libraries[:] = libraries
-        return parsed, "\n".join(texts), built[0]
+        return parsed, "\n".join(texts), built[0], binary
 
     def _build_module(self, funcs, target, config: MachineConfig, machine, kernels=None,
                       owns_globals: bool = True) -> "_BuiltModule":
@@ -268,6 +288,17 @@ def _unoptimized_text(module: ir.Module) -> str:
     if "bfloat" in text and add_bfloat_runtime(module):   # see lowp.py
         text = str(module)
     return text
+
+
+def _split(funcs: list, sizes: list[int]) -> list[list]:
+    """`funcs` dealt into chunks of `sizes`, interleaved so big and small kernels spread out (each kernel
+    goes to the chunk furthest behind its share so far); order within a chunk follows `funcs`."""
+    total = len(funcs)
+    chunks: list[list] = [[] for _ in sizes]
+    for position, func in enumerate(funcs):
+        behind = [size * (position + 1) / total - len(chunk) for size, chunk in zip(sizes, chunks)]
+        chunks[max(range(len(sizes)), key=lambda index: (behind[index], -index))].append(func)
+    return chunks
 
 
 def _signatures(funcs) -> tuple:

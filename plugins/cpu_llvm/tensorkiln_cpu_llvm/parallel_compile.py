@@ -6,8 +6,16 @@ threads cannot share the work. The emitter therefore splits a module's kernels i
 chunks, builds each chunk as its own LLVM module, and optimises the chunks in worker
 processes (`python -m tensorkiln_cpu_llvm.parallel_compile`, which imports llvmlite only:
 never the user's main script, as multiprocessing's spawn would). Each worker returns
-bitcode; the parent links the chunks into one module and emits one object, so the
-artifact is what a serial compile makes.
+bitcode and, when asked (`ChunkJob.emit_object`), its chunk's object code too: code
+generation is a quarter of a cold compile and also runs one function at a time. The
+parent links the bitcode into one module (the artifact's optimized IR) and merges the
+chunk objects into one relocatable object (`merge_objects`, `ld -r`), or emits the
+object from the linked module itself where no linker is found.
+
+The parent optimises a chunk of its own while the workers run. `optimize_chunks` takes
+that chunk as a function building it, called after the workers have started, so the
+parent writes its chunk's IR while they optimise theirs (`chunk_sizes` gives the parent
+a smaller share for that reason).
 
 Workers are started per compile (about 0.1 s of CPU each) and only for modules large
 enough to repay it. TENSORKILN_COMPILE_JOBS sets the number of processes (1: serial);
@@ -19,17 +27,21 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import shutil
+import struct
 import subprocess
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Union
 
 import llvmlite.binding as llvm
 
 from .llvm_passes import link_intrinsic_sources, optimize
 
-__all__ = ["ChunkJob", "compile_jobs", "optimize_chunks", "JOBS_ENV", "MIN_PARALLEL_KERNELS"]
+__all__ = ["ChunkJob", "ChunkResult", "compile_jobs", "chunk_sizes", "optimize_chunk", "optimize_chunks",
+           "merge_objects", "object_linker", "JOBS_ENV", "MIN_PARALLEL_KERNELS", "PARENT_SHARE"]
 
 JOBS_ENV = "TENSORKILN_COMPILE_JOBS"
 MIN_PARALLEL_KERNELS = 12
@@ -47,6 +59,30 @@ class ChunkJob:
     cpu: str
     features: str
     opt_level: int
+    emit_object: bool = False   # also return the chunk's object code (merged by merge_objects)
+
+
+@dataclass(frozen=True)
+class ChunkResult:
+    """What a chunk comes back as: optimised bitcode, and its object code when the job asked for it."""
+
+    bitcode: bytes
+    object_code: bytes | None = None
+
+
+PARENT_SHARE = 0.9
+"""The parent's chunk holds PARENT_SHARE / jobs of the kernels: it writes its chunk's LLVM IR while the
+workers optimise theirs (about a quarter of what LLVM then spends on the chunk), so an equal share
+would leave the workers done and the parent still busy."""
+
+
+def chunk_sizes(kernel_count: int, jobs: int) -> list[int]:
+    """Kernels per chunk, the parent's (chunk 0) first; they add up to `kernel_count`."""
+    if jobs <= 1:
+        return [kernel_count]
+    parent = max(1, round(kernel_count * PARENT_SHARE / jobs))
+    rest, extra = divmod(kernel_count - parent, jobs - 1)
+    return [parent] + [rest + (1 if index < extra else 0) for index in range(jobs - 1)]
 
 
 def compile_jobs(kernel_count: int) -> int:
@@ -66,28 +102,41 @@ def compile_jobs(kernel_count: int) -> int:
     return min(jobs, kernel_count // (MIN_PARALLEL_KERNELS // 2))
 
 
-def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources) -> bytes:
-    """Parse, link the intrinsics' source, optimise: the chunk's bitcode. Runs in a worker or in the parent."""
-    module = llvm.parse_assembly(job.text)
+def _plain_parse(text: str) -> llvm.ModuleRef:
+    module = llvm.parse_assembly(text)
     module.verify()
+    return module
+
+
+def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources,
+                   parse: Callable[[str], llvm.ModuleRef] = _plain_parse) -> ChunkResult:
+    """Parse, link the intrinsics' source, optimise (and emit): the chunk's result. Runs in a worker or in
+    the parent; `parse` lets the parent name the chunk's kernels when LLVM rejects its text."""
+    module = parse(job.text)
     link(module, dict(job.intrinsic_sources))
-    if job.opt_level:
+    machine = None
+    if job.opt_level or job.emit_object:
+        # the options of host.new_target_machine: the parent's own object is emitted with the same ones
         machine = llvm.Target.from_triple(job.triple).create_target_machine(
             cpu=job.cpu, features=job.features, opt=job.opt_level, reloc="pic", codemodel="default")
+    if job.opt_level:
         optimize(module, machine, job.opt_level)
-    return module.as_bitcode()
+    object_code = bytes(machine.emit_object(module)) if job.emit_object else None
+    return ChunkResult(module.as_bitcode(), object_code)
 
 
-def optimize_chunks(jobs: list[ChunkJob], link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources
-                    ) -> list[bytes]:
-    """Bitcode of every chunk: all but the first in worker processes, the first in this one meanwhile.
+def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
+                    link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources,
+                    parse: Callable[[str], llvm.ModuleRef] = _plain_parse) -> list[ChunkResult]:
+    """Results of every chunk: all but the first in worker processes, the first in this one meanwhile.
 
-    A worker that cannot start or fails has its chunk optimised here instead, so the
-    result never depends on whether processes were available.
+    `jobs[0]` may be a function returning the job: it is called once the workers have started, so
+    building the parent's chunk overlaps their work. A worker that cannot start or fails has its
+    chunk optimised here instead, so the result never depends on whether processes were available.
     """
-    # a thread per worker feeds its job and drains its bitcode while this process optimises chunk 0:
+    # a thread per worker feeds its job and drains its result while this process optimises chunk 0:
     # a worker blocked on a full pipe would otherwise wait for the parent
-    outputs: list[bytes | None] = [None] * len(jobs)
+    outputs: list[ChunkResult | None] = [None] * len(jobs)
 
     def run_worker(index: int) -> None:
         try:
@@ -97,17 +146,98 @@ def optimize_chunks(jobs: list[ChunkJob], link: Callable[[llvm.ModuleRef, dict],
         except OSError:
             return
         if process.returncode == 0 and output:
-            outputs[index] = output
+            try:
+                bitcode, object_code = pickle.loads(output)
+            except Exception:   # a truncated or foreign answer: the parent compiles the chunk
+                return
+            outputs[index] = ChunkResult(bitcode, object_code)
 
     threads = [threading.Thread(target=run_worker, args=(index,), daemon=True) for index in range(1, len(jobs))]
     for thread in threads:
         thread.start()
-    results = [optimize_chunk(jobs[0], link)]
+    first = jobs[0]() if callable(jobs[0]) else jobs[0]
+    results = [optimize_chunk(first, link, parse)]
     for thread in threads:
         thread.join()
     for index in range(1, len(jobs)):
-        results.append(outputs[index] if outputs[index] is not None else optimize_chunk(jobs[index], link))
+        results.append(outputs[index] if outputs[index] is not None else optimize_chunk(jobs[index], link, parse))
     return results
+
+
+def object_linker() -> str | None:
+    """The linker that merges chunk objects (`ld -r`), or None: then the parent emits one object itself."""
+    return shutil.which("ld")
+
+
+def merge_objects(objects: list[bytes], linker: str | None = None) -> bytes | None:
+    """One relocatable object holding every chunk's code (`ld -r`), or None when it cannot be made.
+
+    Symbols one chunk declares and another defines (the thread-count global) are resolved by
+    the merge. Each chunk's local symbols get a suffix naming the chunk first (`_rename_locals`):
+    chunks reuse local names for different things (constant pools `.LCPI12_3`, a kernel's static
+    scratch), and MCJIT's loader resolves relocations to local symbols by name, so two locals of
+    one name would share one address (wrong constants, kernels sharing scratch memory).
+    """
+    if len(objects) == 1:
+        return objects[0]
+    linker = linker or object_linker()
+    if linker is None:
+        return None
+    renamed = [objects[0], *(_rename_locals(code, f".chunk{index}") for index, code in enumerate(objects) if index)]
+    if any(code is None for code in renamed):
+        return None
+    objects = renamed
+    with tempfile.TemporaryDirectory(prefix="tensorkiln-chunks-") as scratch:
+        paths = []
+        for index, code in enumerate(objects):
+            paths.append(os.path.join(scratch, f"chunk{index}.o"))
+            with open(paths[-1], "wb") as handle:
+                handle.write(code)
+        merged = os.path.join(scratch, "module.o")
+        try:
+            result = subprocess.run([linker, "-r", "-o", merged, *paths], capture_output=True)
+        except OSError:
+            return None
+        if result.returncode != 0 or not os.path.exists(merged):
+            return None
+        with open(merged, "rb") as handle:
+            return handle.read()
+
+
+_SECTION_HEADER = struct.Struct("<IIQQQQIIQQ")   # Elf64_Shdr
+_SYMBOL = struct.Struct("<IBBHQQ")                # Elf64_Sym
+_SHT_SYMTAB, _STB_LOCAL, _STT_SECTION, _STT_FILE = 2, 0, 3, 4
+
+
+def _rename_locals(code: bytes, suffix: str) -> bytes | None:
+    """`code` (a little-endian ELF64 relocatable object) with `suffix` added to every named local
+    symbol, or None for another format. The new names go into a copy of the symbol string table
+    appended at the end of the file (the old names stay a prefix of it: section names may share
+    the table), so no other section moves."""
+    if code[:4] != b"\x7fELF" or code[4] != 2 or code[5] != 1:
+        return None
+    data = bytearray(code)
+    (section_table,) = struct.unpack_from("<Q", data, 0x28)
+    entry_size, count = struct.unpack_from("<HH", data, 0x3A)
+    headers = [list(_SECTION_HEADER.unpack_from(data, section_table + index * entry_size)) for index in range(count)]
+    symtabs = [index for index, header in enumerate(headers) if header[1] == _SHT_SYMTAB]
+    if len(symtabs) != 1:
+        return None
+    symtab = headers[symtabs[0]]
+    strtab_index = symtab[6]
+    strtab = headers[strtab_index]
+    strings = bytearray(data[strtab[4]:strtab[4] + strtab[5]])
+    for offset in range(symtab[4], symtab[4] + symtab[5], _SYMBOL.size):
+        name, info, other, shndx, value, size = _SYMBOL.unpack_from(data, offset)
+        if name == 0 or info >> 4 != _STB_LOCAL or info & 0xF in (_STT_SECTION, _STT_FILE):
+            continue
+        end = strings.index(b"\0", name)
+        new_name = len(strings)
+        strings += strings[name:end] + suffix.encode() + b"\0"
+        _SYMBOL.pack_into(data, offset, new_name, info, other, shndx, value, size)
+    strtab[4], strtab[5] = len(data), len(strings)
+    _SECTION_HEADER.pack_into(data, section_table + strtab_index * entry_size, *strtab)
+    return bytes(data + strings)
 
 
 def _worker_main() -> None:
@@ -115,7 +245,10 @@ def _worker_main() -> None:
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
     job = pickle.loads(sys.stdin.buffer.read())
-    sys.stdout.buffer.write(optimize_chunk(job))
+    result = optimize_chunk(job)
+    # plain bytes, not a ChunkResult: this module runs as __main__ here, and the parent could not
+    # unpickle a class of this process's __main__
+    sys.stdout.buffer.write(pickle.dumps((result.bitcode, result.object_code), protocol=pickle.HIGHEST_PROTOCOL))
     sys.stdout.buffer.flush()
 
 

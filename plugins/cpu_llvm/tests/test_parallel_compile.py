@@ -80,3 +80,97 @@ def test_the_number_of_jobs_comes_from_the_environment_and_the_module_size(monke
         compile_jobs(200)
     monkeypatch.delenv(JOBS_ENV)
     assert compile_jobs(200) == min(len(os.sched_getaffinity(0)), 200 // (MIN_PARALLEL_KERNELS // 2))
+
+
+def test_chunk_sizes_give_the_parent_a_smaller_share_and_cover_every_kernel():
+    from tensorkiln_cpu_llvm.emitter import _split
+    from tensorkiln_cpu_llvm.parallel_compile import chunk_sizes
+    for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3)):
+        sizes = chunk_sizes(kernels, jobs)
+        assert len(sizes) == jobs and sum(sizes) == kernels and min(sizes) >= 1
+        assert sizes[0] <= min(sizes[1:])
+        chunks = _split(list(range(kernels)), sizes)
+        assert [len(c) for c in chunks] == sizes
+        assert sorted(k for c in chunks for k in c) == list(range(kernels))
+        assert all(c == sorted(c) for c in chunks)
+
+
+def test_without_a_linker_the_parent_emits_the_object_and_it_computes_the_same(monkeypatch, squeezenet_input,
+                                                                                 serial):
+    merged = []
+    real_merge = emitter.merge_objects
+    monkeypatch.setattr(emitter, "merge_objects", lambda objects: merged.append(len(objects)) or real_merge(objects))
+    monkeypatch.setattr(emitter, "object_linker", lambda: None)
+    _, out = _compile_and_run(monkeypatch, "2", squeezenet_input)
+    assert merged == []
+    np.testing.assert_array_equal(out, serial)
+
+
+def test_chunk_objects_are_merged_when_a_linker_is_found(monkeypatch, squeezenet_input, serial):
+    if parallel_compile.object_linker() is None:
+        pytest.skip("no ld on PATH: the parent emits one object (tested above)")
+    merged = []
+    real_merge = emitter.merge_objects
+
+    def spy(objects):
+        result = real_merge(objects)
+        merged.append((len(objects), result is not None))
+        return result
+    monkeypatch.setattr(emitter, "merge_objects", spy)
+    _, out = _compile_and_run(monkeypatch, "2", squeezenet_input)
+    assert merged == [(2, True)]
+    np.testing.assert_array_equal(out, serial)
+
+
+def _constant_store_object(name: str, values: tuple[float, ...]) -> bytes:
+    """Object code of `void name(float *out)` storing a constant vector: its constant pool label is
+    .LCPI0_0 whatever the values, the same local name in every such object."""
+    import llvmlite.binding as llvm
+
+    from tensorkiln.sdk.plugin_manager import registry
+    from tensorkiln_cpu_llvm.host import machine_config, target_machine
+
+    config = machine_config(registry().target("cpu_llvm"))
+    vector = ", ".join(f"float {v:e}" for v in values)
+    text = (f'target triple = "{config.triple}"\n'
+            f"define void @{name}(<{len(values)} x float>* %out) {{\n"
+            f"  store <{len(values)} x float> <{vector}>, <{len(values)} x float>* %out, align 16\n"
+            "  ret void\n}\n")
+    module = llvm.parse_assembly(text)
+    return bytes(target_machine(config).emit_object(module))
+
+
+def test_merged_chunks_keep_their_own_local_constants():
+    # MCJIT resolves relocations to local symbols by name: before the merge renamed them, two
+    # chunks' .LCPI0_0 shared one address and a kernel read the other chunk's constants
+    import ctypes
+
+    import llvmlite.binding as llvm
+
+    from tensorkiln.sdk.plugin_manager import registry
+    from tensorkiln_cpu_llvm.host import machine_config, new_target_machine
+
+    if parallel_compile.object_linker() is None:
+        pytest.skip("no ld on PATH")
+    first, second = (1.0, 2.0, 3.0, 4.0), (5.0, 6.0, 7.0, 8.0)
+    merged = parallel_compile.merge_objects([_constant_store_object("store_first", first),
+                                             _constant_store_object("store_second", second)])
+    assert merged is not None
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(""),
+                                        new_target_machine(machine_config(registry().target("cpu_llvm"))))
+    engine.add_object_file(llvm.ObjectFileRef.from_data(merged))
+    engine.finalize_object()
+    for name, expected in (("store_first", first), ("store_second", second)):
+        out = np.zeros(4, dtype=np.float32)
+        ctypes.CFUNCTYPE(None, ctypes.c_void_p)(engine.get_function_address(name))(out.ctypes.data)
+        np.testing.assert_array_equal(out, np.array(expected, dtype=np.float32), err_msg=name)
+
+
+def test_a_merged_module_exports_and_deploys_as_a_shared_library(monkeypatch, tmp_path, squeezenet_input, serial):
+    # the exported package links the merged object with `cc -shared`: local names made unique by
+    # the merge must not clash there either
+    from tensorkiln.runtime import deploy
+    lib, _ = _compile_and_run(monkeypatch, "2", squeezenet_input)
+    path = tmp_path / "squeezenet.tkpkg"
+    lib.export(path)
+    np.testing.assert_array_equal(deploy.load(path)(squeezenet_input), serial)
