@@ -375,3 +375,20 @@ def test_two_loops_of_one_concurrent_level_overlap_on_their_own_buffers():
             offset = storages[value.storage].offset
             np.testing.assert_array_equal(arena[offset:offset + value.nbytes].view(np.float32).reshape(value.shape),
                                           want)
+
+
+def test_a_long_lstm_runs_its_scan_over_time_in_the_entry():
+    """recurrent.py lowers a sequence past UNROLL_LIMIT to a scan over the compiled cell: one native call."""
+    from tensorkiln.frontend.onnx.converters.recurrent import UNROLL_LIMIT
+
+    from ..controlflow.onnx_models import recurrent_feeds, recurrent_model
+    m = recurrent_model("LSTM", UNROLL_LIMIT + 4, 2, 3, 5, direction="bidirectional", with_initial=True,
+                        peepholes=True)
+    feeds = recurrent_feeds(m)
+    lib = tk.compile(m, "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    assert [type(s.control) for s in lib.executor.native_entry.spec.steps if s.control] == [PlanEntryScan] * 2
+    for g, p, w in zip(lib.run(feeds), lib.executor.run_with(feeds, native=False),
+                       ort.InferenceSession(m.SerializeToString()).run(None, feeds)):
+        np.testing.assert_array_equal(g, p)
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=2e-5)
