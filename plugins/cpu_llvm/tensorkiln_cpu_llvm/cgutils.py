@@ -17,7 +17,8 @@ import llvmlite.ir as ir
 from tensorkiln.ir.dtypes import dtype_of
 
 __all__ = ["I1", "I8", "I32", "I64", "VOID", "PTR", "scalar_type", "value_type", "memory_type", "const_of", "lanes_of", "element_type", "splat",
-           "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare", "reused_heap_block"]
+           "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare", "reused_heap_block", "run_worker_team",
+           "team_barrier"]
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 VOID = ir.VoidType()
@@ -191,3 +192,31 @@ def reused_heap_block(builder: ir.IRBuilder, nbytes: ir.Value, name: str):
             with own:
                 builder.call(free, [pointer])
     return pointer, release
+
+
+def run_worker_team(builder: ir.IRBuilder, worker: ir.Function, closure: ir.Value, team_flag: ir.Value,
+                    threads: ir.Value) -> None:
+    """Run `worker(closure)` on `threads` threads: called in place when at most one (the closure's
+    `team_flag` slot set to 0), else on a libgomp team of its own (GOMP_parallel; flag 1).
+
+    A worker that meets its team mid-way must do so through `team_barrier`, which waits only when the
+    flag is set: called in place, the worker may be running inside another team's parallel region (a
+    whole-plan entry runs the steps of a concurrent level on a team), and a GOMP_barrier there would
+    wait for that team's other threads, which meet it at a different barrier: a deadlock (squeezenet at
+    2 threads hung this way once its 1x1 convs became GEMM calls)."""
+    module = builder.module
+    closure_pointer = builder.bitcast(closure, PTR)
+    with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
+        with alone:
+            builder.store(I32(0), team_flag)
+            builder.call(worker, [closure_pointer])
+        with team:
+            builder.store(I32(1), team_flag)
+            gomp_parallel = declare(module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
+            builder.call(gomp_parallel, [builder.bitcast(worker, PTR), closure_pointer, threads, I32(0)])
+
+
+def team_barrier(builder: ir.IRBuilder, team_flag: ir.Value) -> None:
+    """GOMP_barrier when the worker runs on its own team (`team_flag`, loaded from the closure, is 1)."""
+    with builder.if_then(builder.icmp_signed("!=", team_flag, I32(0))):
+        builder.call(declare(builder.module, "GOMP_barrier", ir.VoidType(), []), [])

@@ -49,7 +49,8 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .cgutils import I1, I8, I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block
+from .cgutils import (I1, I8, I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block, run_worker_team,
+                      team_barrier)
 from .sgemm import MIN_FLOPS_PER_THREAD, NUM_THREADS_GLOBAL, _dynamic_loop, _minimum
 
 __all__ = ["Int8Isa", "ISAS", "Int8ConvPlan", "int8_conv_source"]
@@ -524,11 +525,11 @@ def _define_micro(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functi
 
 
 _FIELDS = ("X", "W", "Bp", "Y", "sums", "x0", "x1", "x2", "w0", "w1", "w2", "y0", "y1", "y2", "accumulate",
-           "next_sliver", "next_item")
+           "next_sliver", "next_item", "team")
 
 
 def _closure_type() -> ir.LiteralStructType:
-    return ir.LiteralStructType([PTR, PTR, PTR, I32_PTR, I32_PTR, *([I64] * 9), I32, I64, I64])
+    return ir.LiteralStructType([PTR, PTR, PTR, I32_PTR, I32_PTR, *([I64] * 9), I32, I64, I64, I32])
 
 
 def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
@@ -544,8 +545,7 @@ def _define_worker(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Funct
     v = {field: builder.load(_field(builder, closure, field)) for field in _FIELDS[:15]}
     with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.slivers, "pack") as sliver:
         builder.call(pack, [v["W"], v["w0"], v["w1"], v["w2"], v["Bp"], v["sums"], sliver])
-    # outside a parallel region (one thread) libgomp returns at once
-    builder.call(declare(module, "GOMP_barrier", VOID, []), [])
+    team_barrier(builder, builder.load(_field(builder, closure, "team")))
     isa = plan.isa
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         # consecutive items share a column block: its slivers stay in the shared cache
@@ -591,12 +591,7 @@ def int8_conv_source(plan: Int8ConvPlan) -> str:
     threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
     useful = max(1, min(plan.items, 2 * plan.m * plan.out_channels * plan.k // (4 * MIN_FLOPS_PER_THREAD)))
     threads = _minimum(builder, threads, I32(useful))
-    with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
-        with alone:
-            builder.call(worker, [builder.bitcast(closure, PTR)])
-        with team:
-            gomp_parallel = declare(module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-            builder.call(gomp_parallel, [builder.bitcast(worker, PTR), builder.bitcast(closure, PTR), threads, I32(0)])
+    run_worker_team(builder, worker, closure, _field(builder, closure, "team"), threads)
     release()
     builder.ret_void()
     return str(module)

@@ -34,7 +34,8 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .cgutils import I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block
+from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block, run_worker_team,
+                      team_barrier)
 from .ukernels import F32, F32_PTR, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k
 
 __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
@@ -266,11 +267,11 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     return function
 
 
-_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item")
+_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item", "team")
 
 
 def _closure_type() -> ir.LiteralStructType:
-    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64])
+    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I32])
 
 
 def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
@@ -312,8 +313,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
             sliver = builder.add(taken, I64(first))
             out = builder.gep(values["Bp"], [builder.mul(taken, I64(plan.k * plan.tile.nr))], inbounds=True)
             builder.call(pack, [values["B"], values["ldb"], out, sliver])
-        # outside a parallel region (one thread) libgomp returns at once
-        builder.call(declare(module, "GOMP_barrier", VOID, []), [])
+        team_barrier(builder, builder.load(_field(builder, closure, "team")))
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         builder.call(item, [values["A"], values["lda"], values["B"], values["ldb"], values["Bp"], values["C"],
@@ -356,12 +356,7 @@ def sgemm_source(plan: GemmPlan) -> str:
     # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
     useful = max(1, min(plan.items, 2 * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
-    with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
-        with alone:
-            builder.call(worker, [builder.bitcast(closure, PTR)])
-        with team:
-            gomp_parallel = declare(module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-            builder.call(gomp_parallel, [builder.bitcast(worker, PTR), builder.bitcast(closure, PTR), threads, I32(0)])
+    run_worker_team(builder, worker, closure, _field(builder, closure, "team"), threads)
     if pack is not None:
         release()
     builder.ret_void()
