@@ -12,7 +12,8 @@ schedule-only implementations of priority RULE_PRIORITY. For a group (`select`):
 3. every implementation matching a key whose condition accepts the anchor call
    competes; the highest priority wins, then the more specific key, then registration
    order. An implementation with a compute competes only when keyed by the anchor op's
-   name, and its compute then replaces that op's;
+   name (in a group without anchor: its only injective op's, `compute_anchor`), and its
+   compute then replaces that op's;
 4. with no candidate, the core's naive default (tensorkiln.ops.naive_schedule).
 
 A `configs` callback whose `implementation` attribute is GENERATED_NAME (a task tuned in a
@@ -37,7 +38,8 @@ from ..sdk.schedules.fused import find_anchor
 from ..sdk.schedules.generated import GENERATED, GENERATED_NAME
 from ..sdk.strategy import EMPTY_SPACE, INJECTIVE, RULE_PRIORITY, OpImplementation, TuningSpace, Workload
 
-__all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "schedule_for", "anchor_call", "NAIVE"]
+__all__ = ["StrategyChoice", "implementations_for", "select", "select_by_tag", "schedule_for", "anchor_call",
+           "compute_anchor", "NAIVE"]
 
 NAIVE = "core.naive"
 """Name of the core's default implementation in reports."""
@@ -157,6 +159,16 @@ def anchor_call(calls: Sequence[Call]) -> Call | None:
     return best
 
 
+def compute_anchor(calls: Sequence[Call]) -> Call | None:
+    """The call whose compute an implementation may replace: the anchor, or in a group without one,
+    its only injective call (a concatenate with an elementwise epilogue, say); None otherwise."""
+    anchor = anchor_call(calls)
+    if anchor is not None:
+        return anchor
+    injective = [c for c in calls if isinstance(c.op, Op) and c.op.pattern == OpPattern.INJECTIVE]
+    return injective[0] if len(injective) == 1 else None
+
+
 def _keys(anchor: Call | None, outputs: Sequence, ops: Sequence[str]) -> list[str]:
     """Keys a group matches, most specific first: the anchor op's name, the anchor stage's tag (or
     "injective" for a group without anchor), then the names of the group's ops, highest fusion pattern
@@ -182,6 +194,7 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
     """
     outputs = as_outputs(outputs)
     anchor = anchor_call(calls)
+    replaceable = compute_anchor(calls)
     call = anchor if anchor is not None else (calls[-1] if calls else None)
     names = [c.op.name for c in calls if isinstance(c.op, Op)] or list(ops)
     keys = _keys(anchor, outputs, names)
@@ -194,7 +207,7 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
         matched = [keys.index(k) for k in implementation.keys if k in keys]
         if not matched:
             continue
-        if implementation.compute is not None and (anchor is None or anchor.op.name not in implementation.keys):
+        if implementation.compute is not None and (replaceable is None or replaceable.op.name not in implementation.keys):
             continue
         verdict = implementation.applies(call, target) if call is not None else True
         if verdict is not True:

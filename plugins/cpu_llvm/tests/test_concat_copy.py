@@ -1,0 +1,53 @@
+"""cpu_llvm.concat_copy: concatenate as row-by-row contiguous copies (an extern stage), vs numpy."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tensorkiln as tk
+from tensorkiln import graph
+
+
+def _strategies(lib):
+    return [row["strategy"] for row in lib.summary()["strategies"].values()]
+
+
+@settings(max_examples=20, deadline=None)
+@given(rank=st.integers(1, 4), data=st.data())
+def test_any_axis_any_extents_match_numpy(rank, data):
+    shape = data.draw(st.lists(st.integers(1, 5), min_size=rank, max_size=rank))
+    axis = data.draw(st.integers(-rank, rank - 1))
+    extents = data.draw(st.lists(st.integers(0, 4), min_size=1, max_size=4))
+    if not any(extents):
+        extents[0] = 1
+    dtype = data.draw(st.sampled_from(["float32", "int64", "uint8", "float16"]))
+    rng = np.random.default_rng(len(extents) * 31 + rank)
+    arrays = []
+    for extent in extents:
+        part = list(shape)
+        part[axis] = extent
+        arrays.append((rng.uniform(-50, 50, part)).astype(dtype))
+    params = [graph.var(f"x{i}", shape=a.shape, dtype=dtype) for i, a in enumerate(arrays)]
+    lib = tk.compile(graph.call("concatenate", *params, axis=axis), "llvm")
+    assert _strategies(lib) == ["cpu_llvm.concat_copy"]
+    np.testing.assert_array_equal(lib(*arrays), np.concatenate(arrays, axis))
+
+
+def test_an_elementwise_epilogue_runs_after_the_copy():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((1, 6, 6, 16), dtype=np.float32), rng.standard_normal((1, 6, 6, 8), dtype=np.float32)
+    model = graph.nn.relu(graph.call("concatenate", graph.var("a", shape=a.shape), graph.var("b", shape=b.shape),
+                                     axis=3))
+    lib = tk.compile(model, "llvm")
+    assert _strategies(lib) == ["cpu_llvm.concat_copy"]
+    np.testing.assert_array_equal(lib(a, b), np.maximum(np.concatenate([a, b], 3), 0))
+
+
+def test_large_rows_run_the_parallel_copy_at_two_threads():
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((1, 55, 55, 64), dtype=np.float32), rng.standard_normal((1, 55, 55, 64), dtype=np.float32)
+    lib = tk.compile(graph.call("concatenate", graph.var("a", shape=a.shape), graph.var("b", shape=b.shape), axis=3),
+                     "llvm -num_threads=2")
+    for _ in range(3):
+        np.testing.assert_array_equal(lib(a, b), np.concatenate([a, b], 3))
