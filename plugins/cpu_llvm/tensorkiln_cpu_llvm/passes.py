@@ -6,9 +6,10 @@ once here. The micro-kernel packs B into nr-wide panels on every call; from W[N,
 is a transposing gather of K * N scalars, from W.T[K, N] a copy of contiguous vectors.
 Batch-1 dense keeps W[N, K]: its split reduction streams the rows of W (strategies/dense.py).
 
-`cpu_llvm_conv1x1_as_matmul`: a batch-1, one-group, unpadded, stride-1 1x1 nn.conv2d with a
-constant weight is a GEMM, so it becomes one: NCHW `reshape(matmul(W[O, C], x[C, H*W]), [1, O, H, W])`,
-NHWC `reshape(matmul(x[H*W, C], W[C, O]), [1, H, W, O])`. The reshapes of the data and of the result
+`cpu_llvm_conv1x1_as_matmul`: a batch-1, unpadded, stride-1 1x1 nn.conv2d with a constant weight is
+a GEMM, so it becomes one: NCHW `reshape(matmul(W[O, C], x[C, H*W]), [1, O, H, W])`, NHWC
+`reshape(matmul(x[H*W, C], W[C, O]), [1, H, W, O])`; with G groups (NCHW, at least
+MIN_GROUP_CHANNELS per group) a batch of G GEMMs `matmul(W[G, O/G, C/G], x[G, C/G, H*W])`. The reshapes of the data and of the result
 cost nothing (zero-copy aliases, or an index map inlined into the epilogue), and the GEMM runs on
 the blocked micro-kernel (strategies/ukernel.py) instead of the conv register tile. Measured on
 squeezenet's and resnet50's 1x1 shapes (1 thread, bias + relu fused, AVX-512 host, against
@@ -44,13 +45,27 @@ def transpose_dense_weights(mod: Module, target=None) -> Module:
     return rewrite(mod, visit)
 
 
+MIN_GROUP_CHANNELS = 8
+"""A grouped 1x1 conv becomes a batch of GEMMs only with at least this many input and output channels
+per group (a depthwise conv would be GEMMs with K = 1)."""
+
+
 def _conv1x1_weight(node) -> np.ndarray | None:
-    """The [O, C] matrix of a conv call that is a plain GEMM, or None."""
+    """The [O, C] matrix of a conv call that is a plain GEMM (for G > 1 groups, NCHW: [G, O / G, C / G]),
+    or None."""
     attrs = node.attrs
     data, weight = node.args
-    if not isinstance(weight, Constant) or attrs.groups != 1 or tuple(attrs.strides) != (1, 1) \
+    if not isinstance(weight, Constant) or tuple(attrs.strides) != (1, 1) \
             or any(attrs.padding) or attrs.out_dtype not in ("", "float32"):
         return None
+    if attrs.groups != 1:
+        if attrs.kernel_layout != "OIHW" or weight.value.shape[2:] != (1, 1):
+            return None
+        outputs, per_group = weight.value.shape[:2]
+        if per_group < MIN_GROUP_CHANNELS or outputs // attrs.groups < MIN_GROUP_CHANNELS \
+                or data.checked_type.dtype != "float32" or int(data.checked_type.shape[0]) != 1:
+            return None
+        return weight.value.reshape(attrs.groups, outputs // attrs.groups, per_group)
     if data.checked_type.dtype != "float32" or weight.value.dtype != np.float32 or int(data.checked_type.shape[0]) != 1:
         return None
     value = weight.value
@@ -74,7 +89,7 @@ def _matrix_operand(arg, layout: str, out_shape: tuple, inner_shape: tuple):
         return call("reshape", arg, newshape=inner_shape)
     channels = out_shape[1] if layout == "NCHW" else out_shape[3]
     if layout == "NCHW" and shape == (1, channels, 1, 1):
-        return call("reshape", arg, newshape=(channels, 1))
+        return call("reshape", arg, newshape=(*inner_shape[:-1], 1))
     if layout == "NHWC" and shape == (1, 1, 1, channels):
         return call("reshape", arg, newshape=(1, channels))
     return None
@@ -98,15 +113,16 @@ def conv1x1_as_matmul(mod: Module, target=None) -> Module:
 
     def conv(node):
         matrix = _conv1x1_weight(node)
-        if matrix is None:
+        layout = node.attrs.data_layout
+        if matrix is None or (matrix.ndim == 3 and layout != "NCHW"):
             return None
         data = node.args[0]
         out_shape = tuple(int(d) for d in node.checked_type.shape)
-        layout = node.attrs.data_layout
         if layout == "NCHW":
             _, channels, height, width = (int(d) for d in data.checked_type.shape)
+            rows = (channels,) if matrix.ndim == 2 else (matrix.shape[0], channels // matrix.shape[0])
             gemm = call("nn.matmul", Constant(np.ascontiguousarray(matrix)),
-                        call("reshape", data, newshape=(channels, height * width)))
+                        call("reshape", data, newshape=(*rows, height * width)))
         else:
             _, height, width, channels = (int(d) for d in data.checked_type.shape)
             if matrix.shape[0] % (cpu_facts(target).vector_bits // 32) == 0:
@@ -135,6 +151,9 @@ def conv1x1_as_matmul(mod: Module, target=None) -> Module:
             axis = node.attrs.axis % 4
             if axis != (1 if layout == "NCHW" else 3):
                 return None
+            if len(inner_shape) == 3:   # grouped: the channel is (group, row) of the batch of GEMMs
+                bias = call("reshape", node.args[1], newshape=(*inner_shape[:-1], 1))
+                return _result(call("add", value, bias), layout, out_shape)
             new_axis = 0 if layout == "NCHW" else 1
             return _result(call("nn.bias_add", value, node.args[1], axis=new_axis), layout, out_shape)
         op = get_op(name)

@@ -35,6 +35,20 @@ def test_nchw_1x1_conv_bias_relu_is_one_gemm_launch(channels, size, outputs):
     np.testing.assert_allclose(lib(x), expected, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("groups,channels,outputs,size", [(4, 272, 272, 14), (3, 48, 96, 9), (2, 16, 24, 20)])
+def test_grouped_nchw_1x1_conv_is_a_batch_of_gemms(groups, channels, outputs, size):
+    x, w, b = _random(1, channels, size, size), _random(outputs, channels // groups, 1, 1), _random(outputs)
+    model = graph.nn.relu(graph.nn.bias_add(graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(w),
+                                                       groups=groups), graph.const(b)))
+    lib = tk.compile(model, "llvm")
+    assert _strategies(lib) == ["cpu_llvm.matmul_ukernel"]
+    assert lib.summary()["kernel_launches"] == 1
+    per_in, per_out = channels // groups, outputs // groups
+    expected = np.concatenate([_conv_nchw(x[:, g * per_in:(g + 1) * per_in], w[g * per_out:(g + 1) * per_out])
+                               for g in range(groups)], axis=1)
+    np.testing.assert_allclose(lib(x), np.maximum(expected + b[:, None, None], 0), rtol=1e-4, atol=1e-4)
+
+
 def test_nhwc_1x1_conv_with_ragged_output_channels_is_a_gemm():
     x, w, b = _random(1, 13, 13, 64), _random(1, 1, 64, 1000), _random(1000)
     model = graph.nn.bias_add(graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(w),

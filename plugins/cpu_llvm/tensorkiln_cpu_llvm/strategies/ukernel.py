@@ -87,13 +87,16 @@ def _gemm_shape(call) -> tuple[int, int, int] | None:
     if name == "nn.matmul" and len(types[0].shape) == 2 and len(types[1].shape) == 2:
         (m, k), (_, n) = types[0].shape, types[1].shape
         return int(m), int(n), int(k)
+    if name == "nn.matmul" and len(types[0].shape) == 3 and tuple(types[0].shape[:1]) == tuple(types[1].shape[:1]):
+        (_, m, k), (_, _, n) = types[0].shape, types[1].shape   # a batch of GEMMs: one call per batch index
+        return int(m), int(n), int(k)
     return None
 
 
 def gemm_applies(call, target):
     shape = _gemm_shape(call)
     if shape is None:
-        return "not a float32 2-D dense or matmul"
+        return "not a float32 2-D dense or matmul, nor a batch of matmuls of the same batch"
     m, n, _ = shape
     if m < MIN_ROWS and call.op.name == "nn.dense":
         return f"M={m} < {MIN_ROWS} rows: a matrix-vector product (cpu_llvm.dense_split streams the weight)"
@@ -112,7 +115,14 @@ def _space(workload, target) -> TuningSpace:
 
 def _gemm(a, b, transposed: bool) -> te.Tensor:
     """C = a @ b, or a @ b.T when `transposed` (b is W[N, K] of nn.dense): the whole GEMM is one
-    tensorized call (sgemm.py), so C reads its operands as they are."""
+    tensorized call (sgemm.py), so C reads its operands as they are. 3-D operands (matmul only): one
+    call per batch index, C[g] = a[g] @ b[g]."""
+    if len(a.shape) == 3:
+        batch, m, k_extent = (int(d) for d in a.shape)
+        n = int(b.shape[2])
+        k = te.reduce_axis((0, k_extent), name="k")
+        return te.compute((batch, m, n), lambda g, i, j: te.sum(a[g, i, k] * b[g, k, j], axis=k), name="T_gemm",
+                          tag=UKERNEL_TAG, attrs={"b_layout": "kn"})
     m, k_extent = (int(d) for d in a.shape)
     n = int(b.shape[0 if transposed else 1])
     k = te.reduce_axis((0, k_extent), name="k")
@@ -157,10 +167,11 @@ def _schedule(outputs, target, config):
     inline_injective(s, keep=[gemm, *producers])
     for producer in producers:
         schedule_injective_stage(s, producer, target)
-    plan = gemm_blocking.gemm_plan(int(gemm.shape[0]), int(gemm.shape[1]), int(gemm.op.reduce_axis[0].dom.extent),
-                                   target, config, gemm.op.attrs["b_layout"])
+    rows, columns = (int(d) for d in gemm.shape[-2:])
+    plan = gemm_blocking.gemm_plan(rows, columns, int(gemm.op.reduce_axis[0].dom.extent), target, config,
+                                   gemm.op.attrs["b_layout"])
     stage = s[gemm]
-    stage.tensorize(stage.op.axis[0], gemm_blocking.sgemm_intrinsic(plan))
+    stage.tensorize(stage.op.axis[-2], gemm_blocking.sgemm_intrinsic(plan))
     for out in outputs:
         if out.op is not gemm.op:
             schedule_injective_stage(s, out, target)
