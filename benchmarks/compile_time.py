@@ -25,7 +25,11 @@ implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
       llvm parse       LLVM parsing the text (emitter._parse)
       llvm optimise    optimisation of the chunks (parallel_compile.optimize_chunks; the parent's
                        own share is its CPU, the workers' is "children cpu")
-      object code      machine code (TargetMachine.emit_object)
+      object code      machine code (TargetMachine.emit_object), in this process
+      link chunks      the chunks' optimised bitcode linked into one module (the artifact's IR)
+      llvm verify      LLVM's module verifier (ModuleRef.verify), wherever it runs here
+      optimized text   printing the optimised module (the artifact's source)
+      merge objects    the chunks' objects merged into one (parallel_compile.merge_objects, ld -r)
     plan             execution plan and its schedule (compiler.plan.build_plan, schedule_plan)
 
 The targets (issue #11) are printed beside the totals: resnet50 <= 2 s, densenet121 <= 5 s.
@@ -100,13 +104,20 @@ def instrument(timer: PhaseTimer) -> None:
     timer.wrap(emitter, "optimize_chunks", "  llvm optimise")
     timer.wrap(emitter, "optimize", "  llvm optimise")
     timer.wrap(llvm.TargetMachine, "emit_object", "  object code")
+    timer.wrap(llvm, "parse_bitcode", "  link chunks")
+    timer.wrap(llvm.ModuleRef, "link_in", "  link chunks")
+    timer.wrap(llvm.ModuleRef, "verify", "  llvm verify")
+    timer.wrap(llvm.ModuleRef, "__str__", "  optimized text")
+    if hasattr(emitter, "merge_objects"):
+        timer.wrap(emitter, "merge_objects", "  merge objects")
     timer.wrap(driver, "build_plan", "plan")
     timer.wrap(driver, "schedule_plan", "plan")
     del plan, schedule_plan, parallel_compile
 
 
 PHASE_ORDER = ("frontend", "graph passes", "lower groups", "  te -> tir", "  loop passes", "emit", "  llvm ir build",
-               "  llvm ir text", "  llvm parse", "  llvm optimise", "  object code", "plan")
+               "  llvm ir text", "  llvm parse", "  llvm optimise", "  object code", "  link chunks", "  llvm verify",
+               "  optimized text", "  merge objects", "plan")
 
 
 def children_cpu() -> float:
