@@ -181,8 +181,33 @@ def test_scan_over_a_3d_input_along_its_middle_axis_with_a_captured_value():
     _check(m, [_random(m, 6)], [PlanEntryScan])
 
 
-def test_a_body_whose_gather_indices_python_checks_stays_in_python():
-    """Scan over rows of indices: the body's gather indices are its inputs, which only Python checks."""
+def test_a_body_gathering_at_indices_it_is_given_checks_them_in_the_entry():
+    """Scan over rows of indices: the body's gather indices are its inputs; the entry checks them before the
+    kernel (generated code clamps them) and fails with the Python executor's words, naming the iteration."""
+    body = h.make_graph([h.make_node("Gather", ["table", "idx_t"], ["row"], axis=0),
+                         h.make_node("Add", ["acc_in", "row"], ["acc_out"])],
+                        "body", [tensor("acc_in", (4,)), tensor("idx_t", (), T.INT64)], [tensor("acc_out", (4,))])
+    m = model([h.make_node("Scan", ["acc0", "idx"], ["acc"], body=body, num_scan_inputs=1)],
+              [tensor("acc0", (4,)), tensor("idx", (5,), T.INT64), tensor("table", (3, 4))], [tensor("acc", (4,))])
+    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    table = RNG.standard_normal((3, 4)).astype(np.float32)
+    feeds = {"acc0": np.zeros(4, np.float32), "idx": np.array([0, 2, 2, -1, 1], np.int64), "table": table}
+    np.testing.assert_allclose(lib.run(feeds)[0], table[[0, 2, 2, -1, 1]].sum(0), rtol=1e-6)
+    np.testing.assert_array_equal(lib.run(feeds)[0], lib.executor.run_with(feeds, native=False)[0])
+    bad = {**feeds, "idx": np.array([0, 1, -4, 0, 0], np.int64)}
+    with pytest.raises(RuntimeLaunchError) as python:
+        lib.executor.run_with(bad, native=False)
+    with pytest.raises(RuntimeLaunchError, match=r"control_scan_0\) of the native plan entry: iteration 2 of its body: "
+                                                 r"take: index -4 at position \[\] is out of range") as native:
+        lib.run(bad)
+    assert str(native.value).endswith(str(python.value))
+
+
+def test_a_body_whose_index_checks_its_entry_cannot_do_stays_in_python(monkeypatch):
+    """A plugin whose entry checks no indices: the body needs Python's checks, so the scan runs in Python."""
+    from tensorkiln_cpu_llvm.runtime import JITModule
+    monkeypatch.setattr(JITModule, "plan_entry_index_checks", False)
     body = h.make_graph([h.make_node("Gather", ["table", "idx_t"], ["row"], axis=0),
                          h.make_node("Add", ["acc_in", "row"], ["acc_out"])],
                         "body", [tensor("acc_in", (4,)), tensor("idx_t", (), T.INT64)], [tensor("acc_out", (4,))])

@@ -159,15 +159,42 @@ def test_control_flow_steps_run_inside_the_native_entry_and_their_bodies_run_nat
     assert [body.executor.executor_kind for body in program.bodies] == [NATIVE_EXECUTOR] * 2
 
 
-def test_gather_indices_computed_in_the_graph_are_checked_between_native_calls():
+def test_gather_indices_computed_in_the_graph_are_checked_by_the_entry():
+    """The entry checks them before the kernel (PlanEntryStep.checks), with the Python executor's words."""
     data = graph.var("data", (3, 4))
     idx = graph.var("idx", (3,), dtype="int64")
     lib = tk.compile(graph.Module.from_expr(graph.take(data, idx + graph.const(np.int64(1)), axis=0)), "cpu_llvm")
-    assert lib.summary()["executor"] == "native entry (2 native calls per run: gather indices are checked between them)"
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    assert sum(len(s.checks) for s in lib.executor.native_entry.spec.steps) == 1
+    assert not lib.executor._segments[0].checks
     table = np.arange(12, dtype=np.float32).reshape(3, 4)
     np.testing.assert_array_equal(lib(data=table, idx=np.array([1, -4, 0], np.int64)), table[[2, 0, 1]])
-    with pytest.raises(RuntimeLaunchError, match=r"index 3"):
-        lib(data=table, idx=np.array([2, 0, 0], np.int64))
+    bad = {"data": table, "idx": np.array([0, 2, 0], np.int64)}
+    with pytest.raises(RuntimeLaunchError, match=r"index 3 at position \[1\]") as native:
+        lib.run(bad)
+    with pytest.raises(RuntimeLaunchError) as python:
+        lib.executor.run_with(bad, native=False)
+    assert str(native.value) == str(python.value)
+
+
+def test_gather_nd_int32_indices_are_checked_per_coordinate_by_the_entry():
+    data = graph.var("data", (3, 5))
+    idx = graph.var("idx", (2, 2), dtype="int32")
+    lib = tk.compile(graph.Module.from_expr(graph.nn.relu(graph.gather_nd(data, idx * graph.const(np.int32(1))))),
+                     "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    assert [c.per_last_axis for s in lib.executor.native_entry.spec.steps for c in s.checks] == [True]
+    assert lib.executor._segments[0].checks == ()   # none left to Python
+    table = np.arange(15, dtype=np.float32).reshape(3, 5) - 7
+    good = np.array([[2, 4], [-3, -5]], np.int32)
+    np.testing.assert_array_equal(lib(data=table, idx=good), np.maximum(table[good[:, 0], good[:, 1]], 0))
+    for bad, where in ((np.array([[2, 5], [0, 0]], np.int32), r"index 5 at position \[0, 1\] \(coordinate 1"),
+                       (np.array([[0, 0], [-4, 0]], np.int32), r"index -4 at position \[1, 0\] \(coordinate 0")):
+        with pytest.raises(RuntimeLaunchError, match=where) as native:
+            lib.run({"data": table, "idx": bad})
+        with pytest.raises(RuntimeLaunchError) as python:
+            lib.executor.run_with({"data": table, "idx": bad}, native=False)
+        assert str(native.value) == str(python.value)
 
 
 def test_gather_indices_that_are_inputs_are_checked_before_the_native_call():
@@ -229,6 +256,27 @@ def test_an_exported_package_carries_the_entry_for_the_deploy_runtime(cnn_lib, t
     native = model.run({"x": X})
     _bitwise_equal(native, model.executor.run_with({"x": X}, native=False))
     _bitwise_equal(native, cnn_lib.run({"x": X}))
+
+
+def test_a_deployed_package_checks_gather_indices_in_its_entry_and_an_entry_without_checks_still_serves(
+        tmp_path, monkeypatch):
+    from tensorkiln.runtime import deploy
+    from tensorkiln_cpu_llvm.runtime import JITModule
+
+    data = graph.var("data", (3, 4))
+    idx = graph.var("idx", (3,), dtype="int64")
+    module = graph.Module.from_expr(graph.take(data, idx + graph.const(np.int64(1)), axis=0))
+    table = np.arange(12, dtype=np.float32).reshape(3, 4)
+    good, bad = np.array([1, -4, 0], np.int64), np.array([0, 2, 0], np.int64)
+    for checks in (True, False):   # False: a package exported before entries checked indices
+        monkeypatch.setattr(JITModule, "plan_entry_index_checks", checks)
+        tk.compile(module, "cpu_llvm").export(tmp_path / f"take{checks}.tkpkg")
+        model = deploy.load(tmp_path / f"take{checks}.tkpkg")
+        assert model.executor.native_entry is not None
+        assert bool(model.executor.native_entry.spec.steps[-1].checks) == checks
+        np.testing.assert_array_equal(model.run({"data": table, "idx": good})[0], table[[2, 0, 1]])
+        with pytest.raises(RuntimeLaunchError, match=r"index 3 at position \[1\]"):
+            model.run({"data": table, "idx": bad})
 
 
 def test_a_library_entry_serves_only_the_spec_it_was_built_for(cnn_lib, tmp_path):

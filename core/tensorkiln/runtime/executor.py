@@ -167,18 +167,19 @@ class GraphExecutor:
         found = native_entry.build_native_entry(self)
         self.native_entry, self._native_constants, self.native_reason = found.entry, found.constants, found.reason
         self._native_keep = found.keep   # arrays the entry's control-flow steps point at
+        checked = found.checked if self.native_entry is not None else frozenset()   # indices the entry checks
         # control-flow steps the entry leaves to Python (program name -> why); with no entry, all of them
         self._python_control = found.python_control if self.native_entry is not None else dict.fromkeys(programs, "")
-        if self.native_entry is not None:   # the entry's control-flow steps keep their buffers past the plan's
+        if self.native_entry is not None:   # control-flow steps and index checks keep their buffers past the plan's
             target = self.plan.steps[0].target
             self.arena_sizes[target] = max(self.arena_sizes.get(target, 0), self.native_entry.spec.arena_bytes)
         self.use_native = True
         self._input_layouts = native_entry.input_dtypes(self.plan)
         self._index_checked_steps = [self.plan.steps[i] for i in range(len(self.plan.steps))
-                                     if self.plan.steps[i].index_checks]
+                                     if self.plan.steps[i].index_checks and i not in checked]
         self._input_positions = {self.plan.values[v].name: i for i, v in enumerate(self.plan.inputs)}
         self._levels = native_entry.plan_levels(self.plan)
-        self._segments = native_entry.segments(self.plan, self._levels, tuple(self._python_control))
+        self._segments = native_entry.segments(self.plan, self._levels, tuple(self._python_control), checked)
         # the entry may read the caller's arrays in place unless Python reads an input from the
         # state: an index check, a control-flow step, or an input that is also an output (or whose
         # alias is: the output is read from the state's buffer)

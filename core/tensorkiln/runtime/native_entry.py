@@ -9,7 +9,9 @@ or an input, and profiling (per-step timers); `native_reason` says which applies
 `CompiledModel.summary()["executor"]` shows it. Control-flow steps (If/Loop/Scan host programs)
 run inside the entry when their bodies are native calls themselves (runtime/native_control.py);
 any other splits a run into native calls with the Python loop running it between them
-(`segments`), and a gather whose indices must be checked starts a new native call.
+(`segments`). Gather indices are checked before their kernel by the entry when its module
+takes checks (`plan_entry_index_checks`), else in Python, where a gather whose indices are
+computed starts a new native call.
 A value that aliases another (a reshape-only group elided, `ValueInfo.alias_of`) has no step
 and no call: the tables hold its root's slot (input, constant) or arena offset.
 """
@@ -17,13 +19,13 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Collection, Sequence
 
 import numpy as np
 
 from ..ir.dtypes import to_numpy
 from ..sdk.arg_checks import written_params
-from ..sdk.plan_entry import PlanEntry, PlanEntrySpec, PlanEntryStep, Slot
+from ..sdk.plan_entry import DETAIL_BYTES, PlanEntry, PlanEntryIndexCheck, PlanEntrySpec, PlanEntryStep, Slot
 
 __all__ = ["NativeEntry", "static_reason", "Segment", "plan_levels", "segments", "build_native_entry",
            "NativeBinding", "place_input", "IN_PLACE_BYTES", "input_dtypes",
@@ -61,9 +63,10 @@ def plan_levels(plan) -> tuple[tuple[int, ...], ...]:
     return tuple(plan.concurrent_levels) or tuple((index,) for index in range(len(plan.steps)))
 
 
-def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
+def segments(plan, levels, host_programs: Sequence[str], checked: Collection[int] = ()) -> tuple[Segment, ...]:
     """Split a run into native calls and Python stretches: a level holding a control-flow step runs in
-    Python; a level holding a gather whose indices must be checked starts a new native call."""
+    Python; a level holding a gather whose indices Python must check starts a new native call (the
+    entry checks those of the steps in `checked` itself)."""
     inputs = set(plan.inputs)
 
     def computed(index: int) -> bool:   # its indices come from another step, not from a model input
@@ -73,7 +76,7 @@ def segments(plan, levels, host_programs: Sequence[str]) -> tuple[Segment, ...]:
     found: list[Segment] = []
     for number, level in enumerate(levels):
         host = any(plan.steps[i].kernel in host_programs for i in level)
-        checks = tuple(i for i in level if plan.steps[i].index_checks)
+        checks = tuple(i for i in level if plan.steps[i].index_checks and i not in checked)
         last = found[-1] if found else None
         if last is not None and last.native == (not host) and not any(computed(i) for i in checks):
             found[-1] = Segment(last.native, last.begin, number + 1, last.checks + checks if not host else ())
@@ -97,6 +100,7 @@ class NativeEntry:
     reason: str = ""
     python_control: dict[str, str] = field(default_factory=dict)
     keep: list = field(default_factory=list)
+    checked: frozenset[int] = frozenset()   # steps whose gather indices the entry checks
 
 
 @dataclass
@@ -108,8 +112,9 @@ class _Spec:
     bodies: dict[int, tuple]
 
 
-def _spec(executor) -> tuple[_Spec | None, NativeEntry]:
-    """The entry's spec and what the NativeEntry will tell, or (None, why there is none)."""
+def _spec(executor, index_checks: bool = True) -> tuple[_Spec | None, NativeEntry]:
+    """The entry's spec and what the NativeEntry will tell, or (None, why there is none). `index_checks`:
+    give the entry the gather-index checks when its module takes them."""
     plan = executor.plan
     target = plan.steps[0].target
     if not executor.loaders[target].uses_host_memory:
@@ -136,6 +141,7 @@ def _spec(executor) -> tuple[_Spec | None, NativeEntry]:
     python_control: dict[str, str] = {}
     bodies: dict[int, tuple] = {}
     steps = []
+    checked: set[int] = set()
     for index, step in enumerate(plan.steps):
         if step.kernel in host_programs:
             record, entries, why = (None, (), f"target {target.split()[0]}'s entry runs no control flow") \
@@ -160,13 +166,35 @@ def _spec(executor) -> tuple[_Spec | None, NativeEntry]:
             value = plan.values[plan.root(value_id)]
             if value.kind in ("input", "constant") and spec.name in written:
                 return None, NativeEntry(None, reason=f"kernel {step.kernel} writes its {value.kind} {value.name}")
-        steps.append(PlanEntryStep(step.kernel, tuple(slot_of(v) for v in values)))
+        checks = _index_checks(plan, step, slot_of) \
+            if index_checks and getattr(module, "plan_entry_index_checks", False) else None
+        if checks:
+            checked.add(index)
+            steps.append(PlanEntryStep(step.kernel, tuple(slot_of(v) for v in values), None, checks,
+                                       scratch.take(DETAIL_BYTES)))
+        else:
+            steps.append(PlanEntryStep(step.kernel, tuple(slot_of(v) for v in values)))
     if len(python_control) and all(step.kernel in python_control for step in plan.steps):
         name, why = next(iter(python_control.items()))
         return None, NativeEntry(None, reason=f"every step is a control-flow step run in Python ({name}: {why})")
-    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index),
-                         scratch.end if bodies else executor.arena_sizes.get(target, 0), plan_levels(plan))
-    return _Spec(spec, list(constant_index), bodies), NativeEntry(None, None, "", python_control, scratch.keep)
+    spec = PlanEntrySpec(tuple(steps), len(plan.inputs), len(constant_index), scratch.end, plan_levels(plan))
+    return _Spec(spec, list(constant_index), bodies), NativeEntry(None, None, "", python_control, scratch.keep,
+                                                                  frozenset(checked))
+
+
+_CHECKED_DTYPES = ("int8", "int16", "int32", "int64")
+
+
+def _index_checks(plan, step, slot_of) -> tuple[PlanEntryIndexCheck, ...] | None:
+    """The entry's records of `step`'s gather-index checks (None: none, or one the entry cannot do)."""
+    records = []
+    for check in step.index_checks:
+        value = plan.values[step.inputs[check.input]]
+        if value.dtype not in _CHECKED_DTYPES:
+            return None
+        records.append(PlanEntryIndexCheck(slot_of(step.inputs[check.input]), value.dtype, tuple(value.shape),
+                                           tuple(check.extents), check.per_last_axis, check.op, check.node))
+    return tuple(records) or None
 
 
 def _module_of(compiled, target: str):
@@ -190,9 +218,13 @@ def build_native_entry(executor) -> NativeEntry:
     found, told = _spec(executor)
     if found is None:
         return told
-    spec, constant_ids = found.spec, found.constant_ids
     target = executor.plan.steps[0].target
-    entry = _module_of(executor.compiled, target).build_plan_entry(spec)
+    module = _module_of(executor.compiled, target)
+    entry = module.build_plan_entry(found.spec)
+    if entry is None and told.checked:   # a library exported before entries checked indices carries one without
+        found, told = _spec(executor, index_checks=False)
+        entry = module.build_plan_entry(found.spec)
+    spec, constant_ids = found.spec, found.constant_ids
     if entry is None:
         return NativeEntry(None, reason=f"target {target.split()[0]} offers no whole-plan entry "
                                         "(LoadedModule.build_plan_entry)")
@@ -200,7 +232,7 @@ def build_native_entry(executor) -> NativeEntry:
     # the executor's constants are contiguous, read-only and live as long as it does
     constants = (ctypes.c_void_p * max(1, len(constant_ids)))(
         *(executor.constants[v].ctypes.data for v in constant_ids))
-    return NativeEntry(entry, constants, "", told.python_control, told.keep)
+    return NativeEntry(entry, constants, "", told.python_control, told.keep, told.checked)
 
 
 class NativeBinding:

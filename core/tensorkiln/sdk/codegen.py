@@ -115,6 +115,9 @@ class LoadedModule(abc.ABC):
     plan_entry_control_flow: bool = False
     """Whether `build_plan_entry` runs control-flow steps (`PlanEntryStep.control`: If, Loop, Scan);
     else the executor gives it none and runs them in Python between native calls."""
+    plan_entry_index_checks: bool = False
+    """Whether `build_plan_entry` checks gather indices (`PlanEntryStep.checks`) before a kernel; else
+    the executor checks them in Python between native calls."""
 
     @abc.abstractmethod
     def get_function(self, name: str) -> KernelFunction: ...

@@ -327,6 +327,8 @@ class NativeModule(LoadedModule):
     the ctypes library module made by `load_native_library`.
     """
 
+    plan_entry_index_checks = True   # an exported library's entry checks gather indices (cpu_llvm's does)
+
     def __init__(self, artifact: Artifact, lookup, owner: Any) -> None:
         self.artifact = artifact
         self._lookup = lookup

@@ -52,7 +52,8 @@ from ..ir.errors import RuntimeLaunchError
 
 __all__ = ["Slot", "PlanEntryStep", "PlanEntrySpec", "PlanEntry", "PLAN_ENTRY_FUNCTION", "encode_step_error",
            "ENTRY_SYMBOL", "SPEC_SYMBOL", "spec_digest", "PlanEntryBody", "PlanEntryIf", "PlanEntryLoop",
-           "PlanEntryScan", "BODY_FAILED", "LOOP_COUNT", "DETAIL_BYTES", "function_address"]
+           "PlanEntryScan", "PlanEntryIndexCheck", "BODY_FAILED", "LOOP_COUNT", "INDEX_OUT_OF_RANGE",
+           "DETAIL_BYTES", "function_address"]
 
 ENTRY_SYMBOL = "tensorkiln_plan_run"
 """The entry's symbol in an exported shared library."""
@@ -70,8 +71,12 @@ BODY_FAILED = 0xFFFF
 """A control-flow step's code when a body's entry failed (the body's code is in the step's detail bytes)."""
 LOOP_COUNT = 0xFFFE
 """A loop's code when it ran another number of iterations than its scan outputs were compiled for."""
-DETAIL_BYTES = 16
-"""A control-flow step's detail bytes in the arena: int32 body code, int32 body index, int64 iteration."""
+INDEX_OUT_OF_RANGE = 0xFD00
+"""A kernel step's code when one of its `checks` found a gather index out of range (a kernel's own codes
+never have a low byte of 0: see tensorkiln.sdk.native)."""
+DETAIL_BYTES = 24
+"""A step's detail bytes in the arena: a control-flow step's int32 body code, int32 body index, int64
+iteration; a checked kernel step's int64 check number, int64 flat position and int64 value."""
 
 
 def function_address(function: Any) -> int:
@@ -179,15 +184,34 @@ class PlanEntryScan:
 
 
 @dataclass(frozen=True)
+class PlanEntryIndexCheck:
+    """Before its step's kernel, the entry checks that each index at `slot` (`shape`, `dtype` a signed
+    integer) lies in [-n, n), n = `extents[0]`, or `extents[j]` for index[..., j] when `per_last_axis`
+    (tensorkiln.ir.index_range, which the Python executor runs): generated code clamps indices. `op` and
+    `node` name the gather in the error."""
+
+    slot: Slot
+    dtype: str
+    shape: tuple[int, ...]
+    extents: tuple[int, ...]
+    per_last_axis: bool
+    op: str
+    node: str = ""
+
+
+@dataclass(frozen=True)
 class PlanEntryStep:
     """Call kernel `kernel` (a name of the module's artifact) on `args`, in its parameter order. A step
     the caller runs itself (a control-flow step in Python) has kernel "" and no args; the entry never
     calls it, as the caller never asks for a level range holding one. A control-flow step the entry
-    runs has `control` set (and `kernel` naming it, no args)."""
+    runs has `control` set (and `kernel` naming it, no args). `checks`: gather indices the entry checks
+    before the kernel, with DETAIL_BYTES at arena offset `detail` for the first bad one."""
 
     kernel: str
     args: tuple[Slot, ...]
     control: PlanEntryIf | PlanEntryLoop | PlanEntryScan | None = None
+    checks: tuple[PlanEntryIndexCheck, ...] = ()
+    detail: int = -1
 
 
 @dataclass(frozen=True)
@@ -208,9 +232,10 @@ class PlanEntrySpec:
 def spec_digest(spec: "PlanEntrySpec") -> str:
     """SHA-256 (hex) of everything in `spec`: a library's entry serves only a spec with this digest."""
     fields = asdict(spec)
-    for step in fields["steps"]:   # a step without control flow hashes as before the field existed
-        if step.get("control") is None:
-            step.pop("control", None)
+    for step in fields["steps"]:   # a step without control flow or checks hashes as before those fields existed
+        if step.get("control") is None and not step.get("checks"):
+            for name in ("control", "checks", "detail"):
+                step.pop(name, None)
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
@@ -249,12 +274,27 @@ class PlanEntry:
         if control is not None:
             return f"step {step} ({kernel}) of the native plan entry: " + \
                 self._describe_control(step, control, code & 0xFFFF, arena_address)
+        if (code & 0xFFFF) == INDEX_OUT_OF_RANGE and self.spec.steps[step].checks and arena_address is not None:
+            return self._describe_check(self.spec.steps[step], arena_address)
         if self._signature_of is not None:
             from .native import describe_error
             detail = describe_error(self._signature_of(kernel), code & 0xFFFF)
         else:
             detail = f"error code {code & 0xFFFF}"
         return f"step {step} (kernel {kernel}) of the native plan entry: {detail}"
+
+    @staticmethod
+    def _describe_check(step: PlanEntryStep, arena_address: int) -> str:
+        """The Python executor's words for the first bad index (GraphExecutor's check_indices)."""
+        import numpy as np
+        from ..ir.index_range import OutOfRangeIndex, describe_out_of_range
+        number, flat, value = (ctypes.c_int64 * 3).from_address(arena_address + step.detail)
+        check = step.checks[number]
+        position = tuple(int(p) for p in np.unravel_index(flat, check.shape)) if check.shape else ()
+        size = check.extents[position[-1]] if check.per_last_axis else check.extents[0]
+        bad = OutOfRangeIndex(position, int(value), int(size))
+        return (f"{describe_out_of_range(check.op, check.node, bad, check.per_last_axis)} (kernel {step.kernel}); "
+                "onnxruntime refuses it too")
 
     def _describe_control(self, step: int, control: Any, code: int, arena_address: int | None) -> str:
         if arena_address is None:

@@ -38,7 +38,7 @@ from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, Plan
 
 from .abi import TKARG_TYPE
 from .cgutils import I8, I32, I64, PTR, declare, for_range
-from .plan_entry_control import CONTROL_TYPE, emit_control
+from .plan_entry_control import CONTROL_TYPE, emit_control, emit_index_checks
 from .host import machine_config, new_target_machine, target_machine
 
 __all__ = ["build_plan_entry", "entry_object"]
@@ -117,6 +117,16 @@ class _EntryBuilder:
                                   for index, step in enumerate(spec.steps) if step.control is not None}
         for function in self.control_functions.values():
             function.linkage = "internal"
+        # gather-index checks: step s calls checks[s] before its kernel when it is not NULL
+        self.check_functions = {index: ir.Function(module, CONTROL_TYPE, f"checks_{index}")
+                                for index, step in enumerate(spec.steps) if step.checks}
+        for function in self.check_functions.values():
+            function.linkage = "internal"
+        self.checks = None
+        if self.check_functions:
+            self.checks = _table(module, "checks", PTR, [
+                self.check_functions[index].bitcast(PTR) if index in self.check_functions
+                else ir.Constant(PTR, None) for index in range(len(spec.steps))])
         self.controls = None
         if self.control_functions:
             self.controls = _table(module, "controls", PTR, [
@@ -147,6 +157,13 @@ class _EntryBuilder:
                 code = builder.call(builder.bitcast(control, CONTROL_TYPE.as_pointer()), [*tables, arena])
                 failed = builder.or_(code, builder.shl(builder.add(step, I32(1)), I32(16)))
                 builder.ret(builder.select(builder.icmp_signed("==", code, I32(0)), I32(0), failed))
+        if self.checks is not None:
+            check = self._at(builder, self.checks, step)
+            with builder.if_then(builder.icmp_unsigned("!=", check, ir.Constant(PTR, None)), likely=False):
+                code = builder.call(builder.bitcast(check, CONTROL_TYPE.as_pointer()), [*tables, arena])
+                failed = builder.or_(code, builder.shl(builder.add(step, I32(1)), I32(16)))
+                with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
+                    builder.ret(failed)
         start = self._at(builder, self.first, step)
         stop = self._at(builder, self.first, builder.add(step, I32(1)))
         with for_range(builder, start, stop, name="a") as a:
@@ -194,6 +211,8 @@ class _EntryBuilder:
     def emit(self) -> str:
         for index, function in self.control_functions.items():
             emit_control(function, self.spec.steps[index].control)
+        for index, function in self.check_functions.items():
+            emit_index_checks(function, self.spec.steps[index])
         run_step = self._run_step()
         level_body = self._level_body(run_step)
         function = ir.Function(self.module, ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32,

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import llvmlite.ir as ir
 
-from tensorkiln.sdk.plan_entry import BODY_FAILED, LOOP_COUNT, PlanEntryBody, PlanEntryIf, PlanEntryLoop, Slot
+from tensorkiln.sdk.plan_entry import (BODY_FAILED, INDEX_OUT_OF_RANGE, LOOP_COUNT, PlanEntryBody, PlanEntryIf,
+                                       PlanEntryLoop, Slot)
 
 from .cgutils import I1, I8, I32, I64, PTR, alloca_in_entry, for_range
 
-__all__ = ["CONTROL_TYPE", "emit_control"]
+__all__ = ["CONTROL_TYPE", "emit_control", "emit_index_checks"]
 
 CONTROL_TYPE = ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR])
 _BODY_TYPE = ir.FunctionType(I32, [PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32, I32])
@@ -101,6 +102,41 @@ def emit_control(function: ir.Function, control) -> None:
         _emit_loop(frame, control)
     else:
         _emit_scan(frame, control)
+
+
+def emit_index_checks(function: ir.Function, step) -> None:
+    """Fill `function` (of CONTROL_TYPE) with the gather-index checks of kernel step `step`: 0, or
+    INDEX_OUT_OF_RANGE with (check number, flat position, value) as int64s at `step.detail`."""
+    frame = _Frame(function)
+    builder = frame.builder
+    for number, check in enumerate(step.checks):
+        bits = int(check.dtype[3:])
+        data = builder.bitcast(frame.slot(check.slot), ir.IntType(bits).as_pointer())
+        count = 1
+        for extent in check.shape:
+            count *= extent
+        extents = None
+        if check.per_last_axis:   # index[..., j] is a coordinate along data axis j
+            extents = ir.GlobalVariable(function.module, ir.ArrayType(I64, len(check.extents)),
+                                        function.module.get_unique_name("extents"))
+            extents.initializer = ir.Constant(extents.type.pointee, [I64(e) for e in check.extents])
+            extents.global_constant = True
+            extents.linkage = "internal"
+        with for_range(builder, I64(0), I64(count), name="index") as position:
+            value = builder.load(builder.gep(data, [position], inbounds=True))
+            value = builder.sext(value, I64) if bits < 64 else value
+            if extents is None:
+                size = I64(check.extents[0])
+            else:
+                axis = builder.urem(position, I64(check.shape[-1]))
+                size = builder.load(builder.gep(extents, [I32(0), axis], inbounds=True))
+            bad = builder.or_(builder.icmp_signed("<", value, builder.neg(size)),
+                              builder.icmp_signed(">=", value, size))
+            with builder.if_then(bad, likely=False):
+                for offset, field in enumerate((I64(number), position, value)):
+                    builder.store(field, builder.bitcast(frame.at(step.detail + 8 * offset), I64.as_pointer()))
+                builder.ret(I32(INDEX_OUT_OF_RANGE))
+    builder.ret(I32(0))
 
 
 def _emit_if(frame: _Frame, control: PlanEntryIf) -> None:

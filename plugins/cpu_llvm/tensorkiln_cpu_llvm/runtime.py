@@ -117,6 +117,7 @@ class JITModule(NativeModule):
 
     rendered_views = ("asm",)
     plan_entry_control_flow = True   # plan_entry_control.py
+    plan_entry_index_checks = True
 
     def __init__(self, artifact: Artifact, engine: llvm.ExecutionEngine, target=None) -> None:
         def lookup(symbol: str) -> int:
