@@ -1,7 +1,8 @@
-"""topk as a bounded heap per row in an extern stage (ops/sort.py): against a stable-sort reference written
-here (Python's sorted with explicit keys, not the op's registered reference), on cpu_llvm and the tir
-interpreter, with ties, NaNs, every axis, k in [0, n], int and float dtypes; its loop work is
-O(n log k), below the bitonic network's; rows run in a parallel loop."""
+"""topk as an extern stage per row (ops/sort.py), a bounded heap or, for long rows of which much is kept,
+a merge sort: against a stable-sort reference written here (Python's sorted with explicit keys, not the
+op's registered reference), on cpu_llvm and the tir interpreter, with ties, NaNs, every axis, k in
+[0, n], int and float dtypes, each algorithm forced in turn; the heap's loop work is O(n log k), the
+merge sort's O(n log n); rows run in a parallel loop, one per thread on GPUs."""
 from __future__ import annotations
 
 import math
@@ -18,6 +19,7 @@ from tensorkiln.graph.ops.tensor import TopKAttrs
 from tensorkiln.graph.registry import get_op
 from tensorkiln.graph.types import TensorType
 from tensorkiln.ops import naive_schedule
+import tensorkiln.ops.sort as sort
 from tensorkiln.ops.sort import HEAP_ARITY, topk, topk_network
 from tensorkiln.tir.visit import post_order_visit
 
@@ -68,24 +70,51 @@ def _assert_same(got, want, message):
         np.testing.assert_array_equal(g.view(f"u{g.itemsize}"), w.view(f"u{w.itemsize}"), err_msg=message)
 
 
-@settings(max_examples=30, deadline=None, derandomize=True)
-@given(_cases())
-def test_heap_topk_matches_a_stable_sort(case):
+class _Forced:
+    """Make topk use one algorithm whatever the shape (module thresholds, restored on exit)."""
+
+    def __init__(self, algorithm: str):
+        self.values = {"heap": (10 ** 12, 1), "merge": (0, 10 ** 12)}[algorithm]
+
+    def __enter__(self):
+        self.saved = sort.MERGE_MIN_LENGTH, sort.MERGE_MIN_FRACTION
+        sort.MERGE_MIN_LENGTH, sort.MERGE_MIN_FRACTION = self.values
+
+    def __exit__(self, *exc):
+        sort.MERGE_MIN_LENGTH, sort.MERGE_MIN_FRACTION = self.saved
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(case=_cases())
+def test_topk_heap_matches_a_stable_sort(case):
+    _check_against_stable_sort("heap", case)
+
+
+@settings(max_examples=8, deadline=None, derandomize=True)   # each pass is its own loop: slower to compile
+@given(case=_cases())
+def test_topk_merge_sort_matches_a_stable_sort(case):
+    _check_against_stable_sort("merge", case)
+
+
+def _check_against_stable_sort(algorithm, case):
     x, axis, k, largest = case
     want = _reference(x, k, axis, largest)
-    for sorted_ in (True, False):   # the output is sorted either way
-        attrs = TopKAttrs(k=k, axis=axis, largest=largest, sorted=sorted_)
-        got = run_op(get_op("topk"), [x], attrs, "llvm")
-        _assert_same(got, want, f"llvm {x.dtype}{x.shape} axis={axis} k={k} largest={largest}")
-    got = run_op(get_op("topk"), [x], attrs, "interpret")
-    _assert_same(got, want, f"interpret {x.dtype}{x.shape} axis={axis} k={k} largest={largest}")
+    with _Forced(algorithm):
+        for sorted_ in (True, False):   # the output is sorted either way
+            attrs = TopKAttrs(k=k, axis=axis, largest=largest, sorted=sorted_)
+            got = run_op(get_op("topk"), [x], attrs, "llvm")
+            _assert_same(got, want, f"{algorithm} llvm {x.dtype}{x.shape} axis={axis} k={k} largest={largest}")
+        got = run_op(get_op("topk"), [x], attrs, "interpret")
+    _assert_same(got, want, f"{algorithm} interpret {x.dtype}{x.shape} axis={axis} k={k} largest={largest}")
 
 
 @pytest.mark.parametrize("largest", [True, False])
-def test_heap_topk_full_sort_of_many_ties_and_nans_matches_numpy(largest):
-    x = np.random.default_rng(7).integers(0, 20, (3, 500)).astype("float32")
+@pytest.mark.parametrize("length", [500, 5000])   # the heap; the merge sort (long rows, k >= n / 8)
+def test_topk_full_sort_of_many_ties_and_nans_matches_numpy(largest, length):
+    x = np.random.default_rng(7).integers(0, 20, (3, length)).astype("float32")
     x[x == 19] = np.nan
-    got = run_op(get_op("topk"), [x], TopKAttrs(k=500, axis=1, largest=largest), "llvm")
+    assert sort._sorts_whole_rows(length, length) == (length > 4096)
+    got = run_op(get_op("topk"), [x], TopKAttrs(k=length, axis=1, largest=largest), "llvm")
     keys = np.where(np.isnan(x), -np.inf if largest else np.inf, -x if largest else x)
     order = np.argsort(keys, axis=1, kind="stable")
     np.testing.assert_array_equal(got[1], order)
@@ -118,7 +147,7 @@ def _work(compute, n: int, k: int) -> int:
 
 
 @pytest.mark.parametrize("k", [1, 8, 1 << 12])
-def test_heap_topk_does_n_log_k_work(k):
+def test_topk_heap_does_n_log_k_work(k):
     n = 1 << 12
     levels = math.ceil(math.log(k, HEAP_ARITY))
     heap = _work(topk, n, k)
@@ -127,6 +156,15 @@ def test_heap_topk_does_n_log_k_work(k):
     assert heap <= (n + 2 * k) * (4 * levels + 3)
     # the network's stages grow as log^2 k: a full sort of n = 2^12 is 81 n there, 74 n here at most
     assert heap <= _work(topk_network, n, k)
+
+
+def test_topk_merge_sort_of_long_rows_does_n_log_n_work():
+    n = 1 << 13
+    assert sort._sorts_whole_rows(n, n // 8) and not sort._sorts_whole_rows(n, n // 8 - 1)
+    # a copy in, every pass two elements per step (four stores each side: two moved, two cursors) and
+    # four cursor stores per pair, k out
+    assert _work(topk, n, n) <= n * (4 * 13 + 10)
+    assert _work(topk, n, n) < _work(topk_network, n, n)
 
 
 def _loops(func):

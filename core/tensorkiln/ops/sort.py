@@ -1,13 +1,15 @@
-"""ops/sort.py: topk (tag "sort"), as a bounded heap per row (`topk`) or a bitonic network (`topk_network`).
+"""ops/sort.py: topk (tag "sort"), per row as a bounded heap or a merge sort (`topk`), or as a bitonic
+network (`topk_network`).
 
 The order is strict, so ties cannot repeat an index: `a` goes before `b` when its value is
 better (larger for largest=True), or equal with the lower index (ONNX's stable ties). NaN
 counts as above every number (onnxruntime): first when largest, last when smallest. The
 output is sorted best first whatever the `sorted` attribute says.
 
-`topk` is an extern stage (te.extern): one row (every axis but `axis`) at a time, the rows a
-PARALLEL loop, it keeps the k best elements seen so far as a binary heap in the output
-buffers themselves (values and int64 indices), the worst at the root:
+`topk` is an extern stage (te.extern) that handles one row (every axis but `axis`) at a time,
+the rows a PARALLEL loop (on GPUs, one thread per row). By default it keeps the k best
+elements seen so far as a heap in the output buffers themselves (values and int64 indices),
+the worst at the root:
 
 1. fill: the first k elements are added one by one and sifted up;
 2. scan: each further element that goes before the root replaces it and is sifted down;
@@ -20,6 +22,15 @@ later steps do nothing. Elements move into a hole rather than being swapped, and
 phase sinks the root's hole to a leaf first (one tournament per level, no comparison with the
 moved element), then sifts the moved element up from there, usually a step or two. The work
 per row is O(n log k + k log k): O(n log n) for a full sort, O(n) for small k.
+
+A heap of many elements is slow once it outgrows the caches (each level of a sift is a miss),
+so rows longer than 4096 of which at least an eighth is kept are merge-sorted instead
+(`_sorts_whole_rows`): runs of 1, 2, 4, ... are merged pairwise between two scratch buffers of
+the row's length, each merge from both ends at once (two independent chains of comparisons),
+then the first k are copied out: O(n log n), reading and writing memory in order. Measured on
+1e6 floats (2 shared cores, load 4.5): k = n 174 ms (heap 957 ms, numpy's stable argsort
+211 ms); k = n/8 205 ms (heap 235 ms); k = n/100 210 ms (heap 26 ms). Rows of at most 4096,
+all that the GPU plugins run, always take the heap, which needs no scratch memory.
 
 `topk_network` is the data-parallel alternative, a fixed network of compare-exchange stages
 over a permutation of indices (te computes only gather, so a stage reads the previous
@@ -183,16 +194,15 @@ def _depth(slot: int, arity: int) -> int:
     return depth
 
 
-class _HeapRows:
-    """Builds the extern body of `topk`: one bounded heap per row, kept in the output buffers."""
+class _Rows:
+    """An extern body that handles each row (every axis but `axis`) of x on its own, the rows a
+    PARALLEL loop: `_row` builds one row's statements, addressing it through `_x_slot` / `_slot`."""
 
     def __init__(self, shape: tuple, axis: int, k: int, largest: bool, dtype: str):
-        self.size, self.k, self.largest = int(shape[axis]), k, largest
+        self.size, self.k, self.largest, self.dtype = int(shape[axis]), k, largest, dtype
         self.is_float = dtype_of(dtype).is_float
         self.outer = math.prod(int(d) for d in shape[:axis])
         self.inner = math.prod(int(d) for d in shape[axis + 1:])
-        self.arity = HEAP_ARITY
-        self.steps = _depth(k - 1, self.arity) if k else 0   # levels below the root of a k-element heap
 
     def __call__(self, ins, outs) -> n.Stmt:
         ib = te.IRBuilder()
@@ -201,17 +211,114 @@ class _HeapRows:
             return ib.get()
         self.x, self.values, self.indices = ib.buffer(ins[0]), ib.buffer(outs[0]), ib.buffer(outs[1])
         with ib.for_range(0, rows, name="row", kind="parallel" if rows > 1 else "serial") as row:
-            self._row(ib, row)
+            stride = self.inner
+            if stride == 1:
+                self.x_base, self.out_base = ib.let("x_base", row * self.size), ib.let("out_base", row * self.k)
+            else:
+                outer, inner = row // stride, row % stride
+                self.x_base = ib.let("x_base", outer * (self.size * stride) + inner)
+                self.out_base = ib.let("out_base", outer * (self.k * stride) + inner)
+            self._row(ib)
         return ib.get()
 
-    def _row(self, ib: te.IRBuilder, row) -> None:
-        stride = self.inner
-        if stride == 1:
-            self.x_base, self.out_base = ib.let("x_base", row * self.size), ib.let("out_base", row * self.k)
-        else:
-            outer, inner = row // stride, row % stride
-            self.x_base = ib.let("x_base", outer * (self.size * stride) + inner)
-            self.out_base = ib.let("out_base", outer * (self.k * stride) + inner)
+    def _row(self, ib: te.IRBuilder) -> None:
+        raise NotImplementedError
+
+    def _x_slot(self, position) -> n.PrimExpr:
+        return self.x_base + (position if self.inner == 1 else position * self.inner)
+
+    def _slot(self, position) -> n.PrimExpr:
+        return self.out_base + (position if self.inner == 1 else position * self.inner)
+
+    def _before(self, va, ia, vb, ib) -> n.PrimExpr:
+        return _goes_before(va, ia, vb, ib, self.largest, self.is_float)
+
+
+class _MergeRows(_Rows):
+    """A stable merge sort of each row (runs of 1, 2, 4, ... merged pairwise between two scratch
+    buffers of the row's length), then its first k: O(n log n) whatever k, and every pass reads
+    and writes memory in order."""
+
+    def _row(self, ib: te.IRBuilder) -> None:
+        size = self.size
+        buffers = [(ib.allocate(self.dtype, size, "sort_values"), ib.allocate("int32", size, "sort_indices"))
+                   for _ in range(2)]
+        cursors = [ib.scalar("int32", name) for name in ("front_left", "front_right", "back_left", "back_right")]
+        with ib.for_range(0, size, name="copy") as j:
+            buffers[0][0][j] = self.x[self._x_slot(j)]
+            buffers[0][1][j] = j
+        width, source = 1, 0
+        while width < size:
+            self._merge_pass(ib, buffers[source], buffers[1 - source], width, cursors)
+            width, source = width * 2, 1 - source
+        values, indices = buffers[source]
+        with ib.for_range(0, self.k, name="out") as j:
+            self.values[self._slot(j)] = values[j]
+            self.indices[self._slot(j)] = te.cast(indices[j], "int64")
+
+    def _merge_pass(self, ib: te.IRBuilder, source, target, width: int, cursors) -> None:
+        """Merge each pair of neighbouring sorted runs of `width` from `source` into `target`, from both
+        ends at once: the front takes the pair's first elements in order, the back its last ones in
+        reverse order; two independent chains of loads and comparisons instead of one."""
+        size = self.size
+        span = min(2 * width, size)
+        pairs = -(-size // (2 * width))
+        front_left, front_right, back_left, back_right = cursors
+        with ib.for_range(0, pairs, name=f"pair{width}") as pair:
+            low = ib.let("low", pair * (2 * width))
+            middle = ib.let("middle", te.min(low + width, size))
+            high = ib.let("high", te.min(low + 2 * width, size))
+            front_left[0], front_right[0] = low, middle
+            back_left[0], back_right[0] = middle - 1, high - 1
+            # every pair but a shorter last one has `span` elements; span is even unless it is the row
+            is_full = pairs * span == size and span % 2 == 0
+            with ib.for_range(0, (span + 1) // 2, name=f"merge{width}") as step:
+                if is_full:
+                    self._merge_front(ib, source, target, low, middle, high, step, front_left, front_right)
+                    self._merge_back(ib, source, target, low, middle, high, step, back_left, back_right)
+                else:
+                    with ib.if_scope(step < (high - low + 1) // 2):
+                        self._merge_front(ib, source, target, low, middle, high, step, front_left, front_right)
+                    with ib.if_scope(step < (high - low) // 2):
+                        self._merge_back(ib, source, target, low, middle, high, step, back_left, back_right)
+
+    def _load(self, ib: te.IRBuilder, source, slot, name: str):
+        slot = te.max(te.min(slot, self.size - 1), 0)   # a used-up run is read in bounds and never taken
+        return ib.let(f"{name}_value", source[0][slot]), ib.let(f"{name}_index", source[1][slot])
+
+    def _merge_front(self, ib, source, target, low, middle, high, step, left, right) -> None:
+        i, j = ib.let("i", left[0]), ib.let("j", right[0])
+        left_value, left_index = self._load(ib, source, i, "left")
+        right_value, right_index = self._load(ib, source, j, "right")
+        # the order is strict (ties go by index), so the merge is stable
+        take_right = ib.let("take_right", n.And(j < high, n.Or(i >= middle, self._before(
+            right_value, right_index, left_value, left_index))))
+        target[0][low + step] = n.Select(take_right, right_value, left_value)
+        target[1][low + step] = n.Select(take_right, right_index, left_index)
+        left[0] = i + n.Select(take_right, n.const(0), n.const(1))
+        right[0] = j + n.Select(take_right, n.const(1), n.const(0))
+
+    def _merge_back(self, ib, source, target, low, middle, high, step, left, right) -> None:
+        i, j = ib.let("i", left[0]), ib.let("j", right[0])
+        left_value, left_index = self._load(ib, source, i, "left")
+        right_value, right_index = self._load(ib, source, j, "right")
+        take_left = ib.let("take_left", n.And(i >= low, n.Or(j < middle, self._before(
+            right_value, right_index, left_value, left_index))))
+        target[0][high - 1 - step] = n.Select(take_left, left_value, right_value)
+        target[1][high - 1 - step] = n.Select(take_left, left_index, right_index)
+        left[0] = i - n.Select(take_left, n.const(1), n.const(0))
+        right[0] = j - n.Select(take_left, n.const(0), n.const(1))
+
+
+class _HeapRows(_Rows):
+    """Builds the extern body of `topk`: one bounded heap per row, kept in the output buffers."""
+
+    def __init__(self, shape: tuple, axis: int, k: int, largest: bool, dtype: str):
+        super().__init__(shape, axis, k, largest, dtype)
+        self.arity = HEAP_ARITY
+        self.steps = _depth(k - 1, self.arity) if k else 0   # levels below the root of a k-element heap
+
+    def _row(self, ib: te.IRBuilder) -> None:
         self.hole = ib.scalar("int32", "hole")
         with ib.for_range(0, self.k, name="fill") as j:
             self._sift_up(ib, ib.let("value", self.x[self._x_slot(j)]), te.cast(j, "int64"), j)
@@ -232,15 +339,6 @@ class _HeapRows:
                 # (it came from the bottom, so it rarely rises far): one comparison per level
                 self._sink_hole(ib, last)
                 self._sift_up(ib, value, index, self.hole[0])
-
-    def _x_slot(self, position) -> n.PrimExpr:
-        return self.x_base + (position if self.inner == 1 else position * self.inner)
-
-    def _slot(self, position) -> n.PrimExpr:
-        return self.out_base + (position if self.inner == 1 else position * self.inner)
-
-    def _before(self, va, ia, vb, ib) -> n.PrimExpr:
-        return _goes_before(va, ia, vb, ib, self.largest, self.is_float)
 
     # A sift stops by setting the hole to -1 - position: the later steps see a negative hole and do
     # nothing, and the element goes to the decoded position.
@@ -324,6 +422,17 @@ class _HeapRows:
                     hole[0] = child
 
 
+MERGE_MIN_LENGTH = 4097
+MERGE_MIN_FRACTION = 8
+
+
+def _sorts_whole_rows(size: int, k: int) -> bool:
+    """Whether a merge sort of each row beats the heap: long rows of which much is kept.
+
+    Rows up to 4096 elements (all a GPU plugin runs) always use the heap, which needs no scratch."""
+    return size >= MERGE_MIN_LENGTH and k * MERGE_MIN_FRACTION >= size
+
+
 def topk(inputs, attrs, out_type) -> list[te.Tensor]:
     """Values and int64 indices of the k best entries along `axis`, best first (stable ties), computed
     by a bounded heap per row in an extern stage: O(n log k) per row (see the module docstring)."""
@@ -331,7 +440,9 @@ def topk(inputs, attrs, out_type) -> list[te.Tensor]:
     axis = normalize_axis(attrs.axis, x.ndim)
     values_type, indices_type = out_type.fields
     shape = tuple(values_type.shape)
-    body = _HeapRows(tuple(x.shape), axis, int(shape[axis]) if shape else 0, attrs.largest, x.dtype)
+    k = int(shape[axis])
+    kind = _MergeRows if _sorts_whole_rows(int(x.shape[axis]), k) else _HeapRows
+    body = kind(tuple(x.shape), axis, k, attrs.largest, x.dtype)
     values, indices = te.extern([shape, shape], [x], body, dtypes=[values_type.dtype, indices_type.dtype],
                                 name="T_topk", tag=tags.SORT, output_names=["T_topk_values", "T_topk_indices"])
     return [values, indices]

@@ -146,8 +146,8 @@ class IRBuilder:
                 y[i] = 0.0
         stmt = ib.get()
 
-    `scalar` declares a mutable local variable (a one-element "local" buffer, `v[0]`), `let`
-    binds an immutable value; both hold for the rest of the enclosing scope.
+    `scalar` declares a mutable local variable (a one-element "local" buffer, `v[0]`), `allocate`
+    a scratch buffer, `let` binds an immutable value; each holds for the rest of the enclosing scope.
     """
 
     def __init__(self):
@@ -224,6 +224,13 @@ class IRBuilder:
         if init is not None:
             proxy[0] = init
         return proxy
+
+    def allocate(self, dtype: str, size: int, name: str, scope: str = "global") -> BufferProxy:
+        """A scratch buffer of `size` elements for the rest of the scope (emitters put large ones
+        on the heap)."""
+        buffer = n.Buffer(self._fresh(name), (n.IntImm("int32", int(size)),), dtype, None, scope)
+        self.emit(lambda body: n.Allocate(buffer, body))
+        return BufferProxy(self, buffer)
 
     def let(self, name: str, value) -> n.Var:
         """An immutable name for `value` over the rest of the scope (evaluated once)."""
