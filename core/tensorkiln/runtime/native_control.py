@@ -26,7 +26,7 @@ _ALIGNMENT = 64   # the memory plan's: a body's arena keeps the alignment its of
 
 @dataclass
 class Scratch:
-    """The parent arena past the memory plan: `end` grows as control steps take buffers there;
+    """The parent arena past the memory plan: `end` grows as control steps (and index checks) take buffers;
     `keep` holds the arrays whose addresses the records use."""
 
     end: int
