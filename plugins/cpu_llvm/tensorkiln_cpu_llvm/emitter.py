@@ -208,9 +208,9 @@ class LLVMEmitter(Emitter):
 
         The first chunk, the parent's, holds the module's globals (thread count, metadata of every
         kernel); the others declare the thread count and hold only their kernels. The workers' chunks
-        are written first and the parent's while they run. Returns the linked module, the
-        unoptimized text, the first chunk's build and the merged object code (None: emit it from
-        the linked module, no linker was found or the merge failed).
+        are written first, each sent to its worker once written, and the parent's while they run.
+        Returns the linked module, the unoptimized text, the first chunk's build and the merged
+        object code (None: emit it from the linked module, no linker was found or the merge failed).
         """
         chunks = _split(funcs, chunk_sizes(len(funcs), jobs))
         merge = object_linker() is not None
@@ -228,9 +228,8 @@ class LLVMEmitter(Emitter):
             index = texts.index(text)
             return _parse(text, f"the module for {[f.name for f in chunks[index]]}")
 
-        worker_jobs = [chunk_job(index) for index in range(1, len(chunks))]
-        results = optimize_chunks([functools.partial(chunk_job, 0), *worker_jobs], link=self._link_intrinsics,
-                                  parse=parse)
+        results = optimize_chunks([functools.partial(chunk_job, index) for index in range(len(chunks))],
+                                  link=self._link_intrinsics, parse=parse)
         parsed = llvm.parse_bitcode(results[0].bitcode)
         for result in results[1:]:
             parsed.link_in(llvm.parse_bitcode(result.bitcode))

@@ -13,9 +13,9 @@ chunk objects into one relocatable object (`merge_objects`, `ld -r`), or emits t
 object from the linked module itself where no linker is found.
 
 The parent optimises a chunk of its own while the workers run. `optimize_chunks` takes
-that chunk as a function building it, called after the workers have started, so the
-parent writes its chunk's IR while they optimise theirs (`chunk_sizes` gives the parent
-a smaller share for that reason).
+the chunks as functions building them: the workers start first and each gets its chunk as
+soon as it is written, and the parent writes its own chunk last, while they optimise theirs
+(`chunk_sizes` gives the parent a smaller share for that reason).
 
 Workers are started per compile (about 0.1 s of CPU each) and only for modules large
 enough to repay it. TENSORKILN_COMPILE_JOBS sets the number of processes (1: serial);
@@ -130,19 +130,21 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
                     parse: Callable[[str], llvm.ModuleRef] = _plain_parse) -> list[ChunkResult]:
     """Results of every chunk: all but the first in worker processes, the first in this one meanwhile.
 
-    `jobs[0]` may be a function returning the job: it is called once the workers have started, so
-    building the parent's chunk overlaps their work. A worker that cannot start or fails has its
-    chunk optimised here instead, so the result never depends on whether processes were available.
+    A job may be a function returning it, called when its chunk is due: the worker processes start
+    first (Python, llvmlite and LLVM start up while the parent writes the chunks' IR), each gets
+    its job as soon as it is built, and the parent's own chunk (jobs[0]) is built last, while the
+    workers optimise theirs. A worker that cannot start or fails has its chunk optimised here
+    instead, so the result never depends on whether processes were available.
     """
-    # a thread per worker feeds its job and drains its result while this process optimises chunk 0:
-    # a worker blocked on a full pipe would otherwise wait for the parent
     outputs: list[ChunkResult | None] = [None] * len(jobs)
+    resolved: list[ChunkJob | None] = [None] * len(jobs)
+    processes = [_start_worker() for _ in jobs[1:]]
 
-    def run_worker(index: int) -> None:
+    # a thread per worker feeds its job and drains its result while this process works on:
+    # a worker blocked on a full pipe would otherwise wait for the parent
+    def run_worker(index: int, process: subprocess.Popen) -> None:
         try:
-            process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-            output, _ = process.communicate(pickle.dumps(jobs[index], protocol=pickle.HIGHEST_PROTOCOL))
+            output, _ = process.communicate(pickle.dumps(resolved[index], protocol=pickle.HIGHEST_PROTOCOL))
         except OSError:
             return
         if process.returncode == 0 and output:
@@ -152,16 +154,35 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
                 return
             outputs[index] = ChunkResult(bitcode, object_code)
 
-    threads = [threading.Thread(target=run_worker, args=(index,), daemon=True) for index in range(1, len(jobs))]
-    for thread in threads:
-        thread.start()
-    first = jobs[0]() if callable(jobs[0]) else jobs[0]
-    results = [optimize_chunk(first, link, parse)]
+    threads = []
+    try:
+        for index in range(1, len(jobs)):
+            resolved[index] = jobs[index]() if callable(jobs[index]) else jobs[index]
+            process = processes[index - 1]
+            if process is not None:
+                threads.append(threading.Thread(target=run_worker, args=(index, process), daemon=True))
+                threads[-1].start()
+        resolved[0] = jobs[0]() if callable(jobs[0]) else jobs[0]
+        results = [optimize_chunk(resolved[0], link, parse)]
+    except BaseException:
+        # building or optimising a chunk failed here: no worker is left waiting for a job
+        for process in processes:
+            if process is not None and process.poll() is None:
+                process.kill()
+        raise
     for thread in threads:
         thread.join()
     for index in range(1, len(jobs)):
-        results.append(outputs[index] if outputs[index] is not None else optimize_chunk(jobs[index], link, parse))
+        results.append(outputs[index] if outputs[index] is not None else optimize_chunk(resolved[index], link, parse))
     return results
+
+
+def _start_worker() -> subprocess.Popen | None:
+    try:
+        return subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
 
 
 def object_linker() -> str | None:

@@ -174,3 +174,22 @@ def test_a_merged_module_exports_and_deploys_as_a_shared_library(monkeypatch, tm
     path = tmp_path / "squeezenet.tkpkg"
     lib.export(path)
     np.testing.assert_array_equal(deploy.load(path)(squeezenet_input), serial)
+
+
+def test_a_chunk_that_fails_to_build_leaves_no_worker_waiting(monkeypatch):
+    started = []
+    real_start = parallel_compile._start_worker
+
+    def spy():
+        process = real_start()
+        started.append(process)
+        return process
+
+    def failing_build():
+        raise ValueError("chunk 1 cannot be built")
+
+    monkeypatch.setattr(parallel_compile, "_start_worker", spy)
+    with pytest.raises(ValueError, match="chunk 1 cannot be built"):
+        parallel_compile.optimize_chunks([lambda: None, failing_build])
+    assert len(started) == 1
+    assert started[0] is None or started[0].wait(timeout=30) is not None
