@@ -158,13 +158,32 @@ def test_topk_heap_does_n_log_k_work(k):
     assert heap <= _work(topk_network, n, k)
 
 
+def _stores_executed(n: int, k: int) -> int:
+    """Stores the tir interpreter executes for topk of n random floats (each Store also counts itself)."""
+    from tensorkiln.tir.visit import rewrite
+    x = te.placeholder((n,), "float32", name="x")
+    attrs = TopKAttrs(k=k, axis=0)
+    outputs = topk([x], attrs, get_op("topk").type_rule((TensorType((n,), "float32"),), attrs))
+    func = tk.lower(naive_schedule(outputs), [x, *outputs])
+    counter = tir.Buffer("counter", (tir.IntImm("int32", 1),), "int64")
+    zero = tir.IntImm("int32", 0)
+    count = tir.Store(counter, tir.Add(tir.Load(counter, zero), tir.IntImm("int64", 1)), zero)
+    body = rewrite(func.body, post=lambda s: tir.SeqStmt((s, count)) if isinstance(s, tir.Store) else None)
+    func = tir.PrimFunc(func.name, (*func.params, counter), body, func.attrs)
+    data = np.random.default_rng(n).standard_normal(n).astype("float32")
+    values, indices, total = np.zeros(k, "float32"), np.zeros(k, "int64"), np.zeros(1, "int64")
+    tir.interpret(func, data, values, indices, total)
+    np.testing.assert_array_equal(indices, np.argsort(-data, kind="stable")[:k])
+    return int(total[0])
+
+
 def test_topk_merge_sort_of_long_rows_does_n_log_n_work():
-    n = 1 << 13
-    assert sort._sorts_whole_rows(n, n // 8) and not sort._sorts_whole_rows(n, n // 8 - 1)
-    # a copy in, every pass two elements per step (four stores each side: two moved, two cursors) and
-    # four cursor stores per pair, k out
-    assert _work(topk, n, n) <= n * (4 * 13 + 10)
-    assert _work(topk, n, n) < _work(topk_network, n, n)
+    n = 4097   # the shortest row that is merge-sorted: 13 passes, the last pair of each pass shorter
+    assert sort._sorts_whole_rows(n, -(-n // 8)) and not sort._sorts_whole_rows(n, n // 8 - 1)
+    assert not sort._sorts_whole_rows(n - 1, n - 1)
+    # in: two stores per element; each of the 13 passes: two per element, two cursor moves per element
+    # and four cursor stores per pair (4n over all passes); out: two per element
+    assert _stores_executed(n, n) <= n * (2 + 4 * 13 + 4 + 2) + 64
 
 
 def _loops(func):

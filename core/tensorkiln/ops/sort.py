@@ -247,32 +247,40 @@ class _MergeRows(_Rows):
         with ib.for_range(0, size, name="copy") as j:
             buffers[0][0][j] = self.x[self._x_slot(j)]
             buffers[0][1][j] = j
-        width, source = 1, 0
-        while width < size:
-            self._merge_pass(ib, buffers[source], buffers[1 - source], width, cursors)
-            width, source = width * 2, 1 - source
-        values, indices = buffers[source]
+        passes = (size - 1).bit_length()   # run widths 1, 2, 4, ... below size
+        if passes >= 2:
+            # two passes per iteration (there and back), so the IR holds two merge loops, not log n
+            with ib.for_range(0, passes // 2, name="passes") as twice:
+                width = ib.let("width", n.ShiftLeft(n.const(1), twice * 2))
+                self._merge_pass(ib, buffers[0], buffers[1], width, cursors)
+                self._merge_pass(ib, buffers[1], buffers[0], ib.let("width", width * 2), cursors)
+        if passes % 2:
+            self._merge_pass(ib, buffers[0], buffers[1], 1 << (passes - 1), cursors)
+        values, indices = buffers[passes % 2]
         with ib.for_range(0, self.k, name="out") as j:
             self.values[self._slot(j)] = values[j]
             self.indices[self._slot(j)] = te.cast(indices[j], "int64")
 
-    def _merge_pass(self, ib: te.IRBuilder, source, target, width: int, cursors) -> None:
-        """Merge each pair of neighbouring sorted runs of `width` from `source` into `target`, from both
-        ends at once: the front takes the pair's first elements in order, the back its last ones in
-        reverse order; two independent chains of loads and comparisons instead of one."""
+    def _merge_pass(self, ib: te.IRBuilder, source, target, width, cursors) -> None:
+        """Merge each pair of neighbouring sorted runs of `width` (an int, or an expression) from
+        `source` into `target`, from both ends at once: the front takes the pair's first elements in
+        order, the back its last ones in reverse order; two independent chains of loads and
+        comparisons instead of one."""
         size = self.size
-        span = min(2 * width, size)
-        pairs = -(-size // (2 * width))
+        if isinstance(width, int):
+            span, pairs = min(2 * width, size), -(-size // (2 * width))
+            # every pair but a shorter last one has `span` elements; span is even unless it is the row
+            is_full = pairs * span == size and span % 2 == 0
+        else:
+            span, pairs, is_full = te.min(width * 2, size), (width * 2 + (size - 1)) // (width * 2), False
         front_left, front_right, back_left, back_right = cursors
-        with ib.for_range(0, pairs, name=f"pair{width}") as pair:
+        with ib.for_range(0, pairs, name="pair") as pair:
             low = ib.let("low", pair * (2 * width))
             middle = ib.let("middle", te.min(low + width, size))
             high = ib.let("high", te.min(low + 2 * width, size))
             front_left[0], front_right[0] = low, middle
             back_left[0], back_right[0] = middle - 1, high - 1
-            # every pair but a shorter last one has `span` elements; span is even unless it is the row
-            is_full = pairs * span == size and span % 2 == 0
-            with ib.for_range(0, (span + 1) // 2, name=f"merge{width}") as step:
+            with ib.for_range(0, (span + 1) // 2, name="merge") as step:
                 if is_full:
                     self._merge_front(ib, source, target, low, middle, high, step, front_left, front_right)
                     self._merge_back(ib, source, target, low, middle, high, step, back_left, back_right)
