@@ -11,6 +11,9 @@ code for its slots (their number is small and fixed), which calls its bodies' en
 
 It returns 0 or a 16-bit code the entry encodes with the step's index, like a kernel's.
 The semantics are graph/ops/control_flow.py run_loop and run_scan, step for step.
+
+A kernel step with gather-index checks (`PlanEntryStep.checks`) gets a function of the same type,
+`checks_s`, run before its kernel: a loop over the indices, INDEX_OUT_OF_RANGE at the first bad one.
 """
 from __future__ import annotations
 
