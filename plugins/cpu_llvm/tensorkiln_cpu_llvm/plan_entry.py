@@ -8,6 +8,8 @@ tensorkiln.sdk.plan_entry) emits, for the kernels already loaded in `module`::
       for each level from level_begin to level_end:   // one step per level when the plan has none
         if min(overlap, width) > 1: GOMP_parallel(level_body, ...)   // thread t: steps j % team == t
         else for each step s of the level:
+          if (controls[s]) return controls[s](inputs, constants, arena)  // If/Loop/Scan: plan_entry_control.py
+          if (checks[s] && (code = checks[s](...))) return ...            // gather indices, before the kernel
           TKArg args[MAX_ARGS];               // on the stack: concurrent runs share nothing
           args[a] = {data: arena + offset | inputs[i] | constants[i], shape, ndim, dtype}   // from tables
           if ((code = fns[s](args, nargs))) return ((s + 1) << 16) | code;
