@@ -1,8 +1,9 @@
 """math_calls.py: math calls of tir (`Call(dtype, "exp", args)`) as LLVM intrinsics or libm functions.
 
 LLVM intrinsics (llvm.exp.v16f32, ...) are used where LLVM has one: the backend
-picks instructions or calls libm itself. Functions without an intrinsic (tanh, erf)
-call libm per lane (`tanhf`, `erff`). float16 math runs in float32.
+picks instructions or calls libm itself. float32 erf is a rational approximation in
+vector instructions (`_erf_f32`); other functions without an intrinsic (tanh, float64
+erf) call libm per lane (`tanhf`, `erf`). float16 math runs in float32.
 """
 from __future__ import annotations
 
@@ -68,7 +69,35 @@ def _splat(builder: ir.IRBuilder, dtype: str, value: float) -> ir.Value:
     return ir.Constant(value_type(dtype), [scalar] * parsed.lanes)
 
 
+# erf(x) ~ x * P(x^2) / Q(x^2) on x clamped to [-4, 4] (|erf| rounds to 1 in float32 beyond): the
+# rational approximation of Eigen and XLA. Checked against math.erf on 2e6 points of [-5, 5]: at most
+# 4.3e-7 relative error (7 ulp), far inside the op's float32 tolerance (1e-5); per-lane erff calls
+# cost GELU-heavy transformer blocks ~20% of their kernel time.
+_ERF_NUMERATOR = (-2.72614225801306e-10, 2.77068142495902e-08, -2.10102402082508e-06, -5.69250639462346e-05,
+                  -7.34990630326855e-04, -2.95459980854025e-03, -1.60960333262415e-02)
+_ERF_DENOMINATOR = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -7.37332916720468e-03,
+                    -1.42647390514189e-02)
+
+
+def _erf_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
+    clamped = _llvm_intrinsic(builder, "llvm.minnum", [_llvm_intrinsic(builder, "llvm.maxnum",
+                                                                       [x, _splat(builder, dtype, -4.0)]),
+                                                      _splat(builder, dtype, 4.0)])
+    square = builder.fmul(clamped, clamped)
+
+    def horner(coefficients):
+        value = _splat(builder, dtype, coefficients[0])
+        for coefficient in coefficients[1:]:
+            value = _llvm_intrinsic(builder, "llvm.fmuladd", [square, value, _splat(builder, dtype, coefficient)])
+        return value
+    ratio = builder.fdiv(builder.fmul(clamped, horner(_ERF_NUMERATOR)), horner(_ERF_DENOMINATOR))
+    # maxnum/minnum drop a NaN operand: put the NaN back
+    return builder.select(builder.fcmp_unordered("uno", x, x), x, ratio)
+
+
 def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
+    if name == "erf" and dtype_of(dtype).bits == 32:
+        return _erf_f32(builder, dtype, args[0])
     if name in _LLVM_INTRINSICS:
         return _llvm_intrinsic(builder, _LLVM_INTRINSICS[name], args)
     if name in _LIBM:
