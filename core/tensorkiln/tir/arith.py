@@ -90,31 +90,38 @@ def const_bounds(e: n.PrimExpr, bounds: Bounds) -> tuple[int, int] | None:
 
 def linear_form(e: n.PrimExpr) -> tuple[dict, int]:
     """e == sum(coeff * atom) + const; returns ({key: [atom, coeff]}, const)."""
-    terms: dict = {}
-    const = 0
+    terms, const = _linear_terms(e)
+    return {key: [atom, coeff] for key, (atom, coeff) in terms.items() if coeff != 0}, const
 
-    def add(x, scale):
-        nonlocal const
-        if isinstance(x, n.IntImm):
-            const += scale * x.value
-        elif isinstance(x, n.Add):
-            add(x.a, scale)
-            add(x.b, scale)
-        elif isinstance(x, n.Sub):
-            add(x.a, scale)
-            add(x.b, -scale)
-        elif isinstance(x, n.Mul) and as_int(x.b) is not None:
-            add(x.a, scale * as_int(x.b))
-        elif isinstance(x, n.Mul) and as_int(x.a) is not None:
-            add(x.b, scale * as_int(x.a))
-        else:
-            key = expr_key(x)
-            if key in terms:
-                terms[key][1] += scale
-            else:
-                terms[key] = [x, scale]
-    add(e, 1)
-    return {k: v for k, v in terms.items() if v[1] != 0}, const
+
+def _linear_terms(x) -> tuple[dict, int]:
+    """The linear form of `x` with zero coefficients kept, terms in order of first appearance
+    (depth first), kept on the node: the simplifier asks for the form of every Add on an index
+    chain, and walking the whole chain each time was quadratic. Zero terms stay so that a term
+    cancelled in one operand and added back by the other keeps its first position, as a single
+    walk of the tree would give."""
+    cached = x.__dict__.get("_linear_terms") if isinstance(x, (n.Add, n.Sub, n.Mul)) else None
+    if cached is not None:
+        return cached
+    if isinstance(x, n.IntImm):
+        return {}, x.value
+    if isinstance(x, (n.Add, n.Sub)):
+        terms, const = _linear_terms(x.a)
+        other, other_const = _linear_terms(x.b)
+        sign = 1 if isinstance(x, n.Add) else -1
+        terms = dict(terms)
+        for key, (atom, coeff) in other.items():
+            known = terms.get(key)
+            terms[key] = (atom, sign * coeff) if known is None else (known[0], known[1] + sign * coeff)
+        result = (terms, const + sign * other_const)
+    elif isinstance(x, n.Mul) and (as_int(x.b) is not None or as_int(x.a) is not None):
+        scale, inner = (as_int(x.b), x.a) if as_int(x.b) is not None else (as_int(x.a), x.b)
+        terms, const = _linear_terms(inner)
+        result = ({key: (atom, coeff * scale) for key, (atom, coeff) in terms.items()}, const * scale)
+    else:
+        return {expr_key(x): (x, 1)}, 0
+    object.__setattr__(x, "_linear_terms", result)
+    return result
 
 
 def wrap_int(dtype: str, value: int) -> int:
@@ -340,16 +347,33 @@ def _merge_div_mod(terms: dict) -> None:
                 terms[x_key] = [atom.a, coeff]
 
 
+_UNKNOWN = object()
+
+
+def _linear_rewrite(e):
+    """The canonical linear form of an integer Add/Sub/Mul, or None when `e` already is one.
+
+    It depends on the node alone (no bounds), and nodes are immutable, so it is kept on the
+    node: the pipeline simplifies twice and shares subtrees, and re-deriving the form of every
+    unchanged index expression was most of the simplifier's time."""
+    cached = e.__dict__.get("_linear_rewrite", _UNKNOWN)
+    if cached is not _UNKNOWN:
+        return cached
+    terms, const = linear_form(e)
+    _merge_div_mod(terms)
+    rebuilt = _build_linear(list(terms.values()), const, e.dtype)
+    result = rebuilt if expr_key(rebuilt) != expr_key(e) else None
+    object.__setattr__(e, "_linear_rewrite", result)
+    return result
+
+
 def _simplify_int(e, bounds):
     a, b = e.a, e.b
     dtype = e.dtype
     if isinstance(e, (n.Add, n.Sub, n.Mul)):
         if isinstance(e, n.Mul) and as_int(a) is None and as_int(b) is None:
             return None
-        terms, const = linear_form(e)
-        _merge_div_mod(terms)
-        rebuilt = _build_linear(list(terms.values()), const, dtype)
-        return rebuilt if expr_key(rebuilt) != expr_key(e) else None
+        return _linear_rewrite(e)
     if isinstance(e, (n.Min, n.Max)):
         ba, bb = const_bounds(a, bounds), const_bounds(b, bounds)
         if ba is not None and bb is not None:
