@@ -17,6 +17,10 @@ from .math_calls import MATH_NAMES, emit_math_call
 
 __all__ = ["ExprCodegen"]
 
+STRIDED_LOAD_MAX = 4
+"""Loads of a Ramp with a constant stride up to this read one contiguous span and shuffle; wider
+strides gather (the span would read mostly unused elements)."""
+
 
 class ExprCodegen(tir.ExprFunctor):
     """Emit expressions with `builder`; intrinsic calls go to `call_intrinsic(builder, call, args)`."""
@@ -334,7 +338,41 @@ class ExprCodegen(tir.ExprFunctor):
             loaded = builder.call(self._masked_intrinsic("load", vector_memory_type),
                                   [pointer, I32(element_bytes), mask, ir.Constant(vector_memory_type, None)])
             return self._from_memory(loaded, buffer.dtype)
+        strided = self._strided_load(node, mask, lanes, element_bytes)
+        if strided is not None:
+            return strided
         return self._gather(node, mask, lanes, element_bytes)
+
+    def _strided_load(self, node: tir.Load, mask, lanes: int, element_bytes: int) -> ir.Value | None:
+        """A Ramp index of constant stride 2..STRIDED_LOAD_MAX as one contiguous vector load of the
+        (lanes - 1) * stride + 1 elements it spans, then a shuffle of every stride-th lane (a strided
+        conv or pool reads x * 2 + rx): a gather would cost one load per lane. The span is exactly
+        what the lanes cover, so nothing outside the ramp's own range is read; under a mask, only
+        the lanes the ramp reads are enabled. None: not such a ramp."""
+        index = node.index
+        if not (isinstance(index, tir.Ramp) and isinstance(index.stride, tir.IntImm)
+                and 2 <= index.stride.value <= STRIDED_LOAD_MAX and index.base.lanes == 1) \
+                or dtype_of(node.buffer.dtype).is_bool:
+            return None
+        stride = index.stride.value
+        span = (lanes - 1) * stride + 1
+        builder = self.builder
+        wide_type = memory_type(with_lanes(node.buffer.dtype, span))
+        pointer = builder.bitcast(self.element_pointer(node.buffer, self.index_value(index.base)),
+                                  wide_type.as_pointer())
+        if mask is None:
+            wide = builder.load(pointer, align=element_bytes)
+        else:
+            if lanes_of(mask.type) == 1:
+                mask = splat(builder, mask, lanes)
+            # wide lane j * stride takes lane j's mask; the lanes between are not read
+            off = ir.Constant(ir.VectorType(I1, lanes), [False] * lanes)
+            picks = [j // stride if j % stride == 0 else lanes + j // stride for j in range(span)]
+            wide_mask = builder.shuffle_vector(mask, off, ir.Constant(ir.VectorType(I32, span), picks))
+            wide = builder.call(self._masked_intrinsic("load", wide_type),
+                                [pointer, I32(element_bytes), wide_mask, ir.Constant(wide_type, None)])
+        every = ir.Constant(ir.VectorType(I32, lanes), [j * stride for j in range(lanes)])
+        return builder.shuffle_vector(wide, ir.Constant(wide_type, ir.Undefined), every)
 
     def _gather(self, node: tir.Load, mask, lanes: int, element_bytes: int) -> ir.Value:
         builder = self.builder

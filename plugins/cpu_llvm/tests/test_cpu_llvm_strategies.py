@@ -146,7 +146,9 @@ def test_a_3x3_nhwc_conv_gets_the_nhwc_schedule_and_the_reason_the_micro_kernel_
     assert strategy["strategy"] == "cpu_llvm.conv2d_nhwc"
     rejected = dict(strategy["rejected"])
     assert "cpu_llvm.conv2d_nhwc_ukernel" in rejected
-    # the only other candidates turned down are the int8 ones, for this conv's float32 dtype
+    # the only other candidates turned down are the int8 ones, for this conv's float32 dtype, and the
+    # NCHW depthwise one
+    assert "NCHW" in rejected.pop("cpu_llvm.depthwise_nchw")
     assert all("int8" in name and "8-bit" in reason for name, reason in rejected.items()
                if name != "cpu_llvm.conv2d_nhwc_ukernel"), rejected
     nchw = tk.graph.get_op("nn.conv2d").reference(x.transpose(0, 3, 1, 2), w.transpose(3, 2, 0, 1),

@@ -11,6 +11,7 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.matmul_ukernel      nn.matmul (fp32, 2-D)         mc, kc, nc, tile, pack_b
     cpu_llvm.conv2d_nhwc_ukernel nn.conv2d NHWC 1x1 stride 1   rows, kc (where measured not slower)
     cpu_llvm.concat_copy         concatenate                   (row-by-row contiguous copies, concat.py)
+    cpu_llvm.depthwise_nchw      nn.conv2d NCHW depthwise fp32 max_width, rows (per-channel padding, depthwise.py)
     cpu_llvm.dense_split         nn.dense, one row              split, split_rows
     cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
     cpu_llvm.dense               tags dense, batch_matmul       row_block
@@ -25,7 +26,7 @@ from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
 from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
-from . import concat, int8, ukernel
+from . import concat, depthwise, int8, ukernel
 from .anchors import ANCHOR_SCHEDULES
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
@@ -129,6 +130,7 @@ def cpu_strategies(target) -> list[OpImplementation]:
         *int8.int8_strategies(target, _schedule, _dense_space),
         *ukernel.ukernel_strategies(target),
         *concat.concat_strategies(target),
+        *depthwise.depthwise_strategies(target),
         OpImplementation("cpu_llvm.dense_split", ("nn.dense",), _schedule, compute=_dense_split_compute,
                          space=_dense_split_space, condition=_dense_split_applies, priority=10),
         OpImplementation("cpu_llvm.dense_packed", ("nn.dense",), _schedule, compute=_dense_packed_compute,

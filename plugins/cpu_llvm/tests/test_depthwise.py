@@ -1,0 +1,112 @@
+"""cpu_llvm.depthwise_nchw (per-channel padding in cache) and strided vector loads, vs numpy."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph, te
+
+RNG = np.random.default_rng(11)
+
+
+def _random(*shape):
+    return RNG.uniform(-1, 1, shape).astype("float32")
+
+
+def _depthwise_reference(x, w, strides, padding, dilation):
+    """out[b, o, y, x] = sum_{ry, rx} xpad[b, o // m, y*sh + ry*dh, x*sw + rx*dw] * w[o, 0, ry, rx]."""
+    batch, channels, _, _ = x.shape
+    out_channels, _, kh, kw = w.shape
+    (sh, sw), (dh, dw) = strides, dilation
+    top, left, bottom, right = padding
+    padded = np.pad(x, ((0, 0), (0, 0), (top, bottom), (left, right)))
+    out_h = (padded.shape[2] - (kh - 1) * dh - 1) // sh + 1
+    out_w = (padded.shape[3] - (kw - 1) * dw - 1) // sw + 1
+    source = padded[:, np.arange(out_channels) // (out_channels // channels)]
+    out = np.zeros((batch, out_channels, out_h, out_w), "float64")
+    for ry in range(kh):
+        for rx in range(kw):
+            window = source[:, :, ry * dh:ry * dh + (out_h - 1) * sh + 1:sh, rx * dw:rx * dw + (out_w - 1) * sw + 1:sw]
+            out += window * w[None, :, 0, ry, rx, None, None]
+    return out.astype("float32")
+
+
+def _strategies(lib):
+    return [row["strategy"] for row in lib.summary()["strategies"].values()]
+
+
+CASES = [  # x shape, multiplier, kernel, strides, padding, dilation
+    ((1, 112, 56, 56), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),   # shufflenet's
+    ((1, 136, 28, 28), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 24, 7, 7), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 8, 13, 11), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),     # batch 2, odd sizes
+    ((1, 6, 17, 19), 2, (3, 3), (1, 2), (0, 2, 1, 1), (1, 1)),     # multiplier 2, asymmetric pad and stride
+    ((1, 5, 20, 23), 1, (5, 5), (1, 1), (2, 2, 2, 2), (2, 2)),     # dilation
+    ((1, 4, 15, 31), 3, (3, 5), (3, 3), (1, 2, 0, 1), (1, 2)),
+    ((2, 3, 9, 9), 1, (1, 1), (2, 2), (0, 0, 0, 0), (1, 1)),       # 1x1 kernel, stride 2, no padding
+]
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("shape,multiplier,kernel,strides,padding,dilation", CASES)
+def test_depthwise_nchw_matches_numpy(target, shape, multiplier, kernel, strides, padding, dilation):
+    channels = shape[1]
+    x, w, b = _random(*shape), _random(channels * multiplier, 1, *kernel), _random(channels * multiplier)
+    conv = graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(w), strides=strides, padding=padding,
+                      dilation=dilation, groups=channels)
+    lib = tk.compile(graph.nn.relu(graph.nn.bias_add(conv, graph.const(b))), target)
+    assert _strategies(lib) == ["cpu_llvm.depthwise_nchw"]
+    expected = np.maximum(_depthwise_reference(x, w, strides, padding, dilation) + b[:, None, None], 0)
+    np.testing.assert_allclose(lib(x), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_depthwise_knobs_all_give_numpy():
+    from tensorkiln_cpu_llvm.strategies import depthwise
+    x, w = _random(1, 16, 14, 14), _random(16, 1, 3, 3)
+    target = tk.target("llvm")
+    space = depthwise._space(None, target)
+    expected = _depthwise_reference(x, w, (2, 2), (1, 1, 1, 1), (1, 1))
+    attrs = type("Attrs", (), dict(strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=16))
+    for config in space:
+        data, weight = te.placeholder(x.shape, name="x"), te.placeholder(w.shape, name="w")
+        out = depthwise.depthwise_nchw(data, weight, attrs, 16)
+        s = depthwise._schedule([out], target, config)
+        module = tk.build(s, [data, weight, out], target="llvm")
+        result = np.zeros(expected.shape, "float32")
+        module(x, w, result)
+        np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4, err_msg=str(config))
+
+
+def test_grouped_and_nhwc_convs_keep_their_strategies():
+    x = _random(1, 8, 10, 10)
+    grouped = graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(_random(8, 2, 3, 3)), groups=4,
+                         padding=(1, 1, 1, 1))
+    assert _strategies(tk.compile(grouped, "llvm")) != ["cpu_llvm.depthwise_nchw"]
+
+
+@pytest.mark.parametrize("stride,lanes", [(2, 16), (3, 8), (4, 4), (2, 7)])
+@pytest.mark.parametrize("masked", [False, True])
+def test_strided_vector_load_matches_numpy(stride, lanes, masked):
+    """B[i] = A[i * stride + 1] vectorized: one contiguous load and a shuffle (exprs._strided_load); with a
+    te.if_then_else guard, a masked load that reads nothing past the guarded range."""
+    size = 4 * lanes
+    a = te.placeholder((size * stride + 1,), name="A")
+    limit = size * stride // 2
+    if masked:
+        body = lambda i: te.if_then_else(i * stride + 1 < limit, a[i * stride + 1], te.const(-5.0, "float32"))  # noqa: E731
+    else:
+        body = lambda i: a[i * stride + 1]  # noqa: E731
+    out = te.compute((size,), body, name="B")
+    s = te.create_schedule(out.op)
+    _, inner = s[out].split(out.op.axis[0], factor=lanes)
+    s[out].vectorize(inner)
+    module = tk.build(s, [a, out], target="llvm")
+    assert "shufflevector" in module.get_source()
+    data = _random(size * stride + 1)
+    result = np.zeros(size, "float32")
+    module(data, result)
+    expected = data[1::stride][:size]
+    if masked:
+        expected = np.where(np.arange(size) * stride + 1 < limit, expected, -5.0).astype("float32")
+    np.testing.assert_array_equal(result, expected)
