@@ -335,13 +335,33 @@ class ExprCodegen(tir.ExprFunctor):
                 return self._from_memory(builder.load(pointer, align=element_bytes), buffer.dtype)
             if lanes_of(mask.type) == 1:
                 mask = splat(builder, mask, lanes)
-            loaded = builder.call(self._masked_intrinsic("load", vector_memory_type),
-                                  [pointer, I32(element_bytes), mask, ir.Constant(vector_memory_type, None)])
+            loaded = self._masked_load(pointer, buffer.dtype, lanes, mask, element_bytes)
             return self._from_memory(loaded, buffer.dtype)
         strided = self._strided_load(node, mask, lanes, element_bytes)
         if strided is not None:
             return strided
         return self._gather(node, mask, lanes, element_bytes)
+
+    def _masked_load(self, pointer: ir.Value, dtype: str, lanes: int, mask: ir.Value, element_bytes: int) -> ir.Value:
+        """llvm.masked.load of `lanes` elements (masked-off lanes are zero). A lane count that is not a
+        power of two is loaded as the next power of two with the extra lanes masked off (they read
+        nothing): x86 takes only power-of-two masked loads as legal and scalarizes the others into a
+        branch per lane."""
+        builder = self.builder
+        width = 1 << (lanes - 1).bit_length()
+        vector_type = memory_type(with_lanes(dtype, lanes))
+        if width == lanes:
+            return builder.call(self._masked_intrinsic("load", vector_type),
+                                [pointer, I32(element_bytes), mask, ir.Constant(vector_type, None)])
+        wide_type = memory_type(with_lanes(dtype, width))
+        off = ir.Constant(ir.VectorType(I1, lanes), [False] * lanes)
+        wide_mask = builder.shuffle_vector(mask, off, ir.Constant(ir.VectorType(I32, width),
+                                                                  [*range(lanes), *([lanes] * (width - lanes))]))
+        wide = builder.call(self._masked_intrinsic("load", wide_type),
+                            [builder.bitcast(pointer, wide_type.as_pointer()), I32(element_bytes), wide_mask,
+                             ir.Constant(wide_type, None)])
+        return builder.shuffle_vector(wide, ir.Constant(wide_type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(I32, lanes), list(range(lanes))))
 
     def _strided_load(self, node: tir.Load, mask, lanes: int, element_bytes: int) -> ir.Value | None:
         """A Ramp index of constant stride 2..STRIDED_LOAD_MAX as one contiguous vector load of the
@@ -369,8 +389,7 @@ class ExprCodegen(tir.ExprFunctor):
             off = ir.Constant(ir.VectorType(I1, lanes), [False] * lanes)
             picks = [j // stride if j % stride == 0 else lanes + j // stride for j in range(span)]
             wide_mask = builder.shuffle_vector(mask, off, ir.Constant(ir.VectorType(I32, span), picks))
-            wide = builder.call(self._masked_intrinsic("load", wide_type),
-                                [pointer, I32(element_bytes), wide_mask, ir.Constant(wide_type, None)])
+            wide = self._masked_load(pointer, node.buffer.dtype, span, wide_mask, element_bytes)
         every = ir.Constant(ir.VectorType(I32, lanes), [j * stride for j in range(lanes)])
         return builder.shuffle_vector(wide, ir.Constant(wide_type, ir.Undefined), every)
 

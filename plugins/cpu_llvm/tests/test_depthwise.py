@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import tensorkiln as tk
-from tensorkiln import graph, te
+from tensorkiln import graph, te, tir
 
 RNG = np.random.default_rng(11)
 
@@ -110,3 +110,21 @@ def test_strided_vector_load_matches_numpy(stride, lanes, masked):
     if masked:
         expected = np.where(np.arange(size) * stride + 1 < limit, expected, -5.0).astype("float32")
     np.testing.assert_array_equal(result, expected)
+
+
+@pytest.mark.parametrize("lanes", [15, 12, 16])
+def test_masked_contiguous_load_of_any_lane_count_matches_numpy(lanes):
+    """A padded read vectorized by a lane count that is not a power of two: a power-of-two masked load with
+    the extra lanes masked off (exprs._masked_load), zeros outside the guard."""
+    size = 3 * lanes
+    a = te.placeholder((size - 2,), name="A")
+    out = te.compute((size,), lambda i: te.if_then_else(tir.And(i >= 1, i < size - 1), a[i - 1],
+                                                        te.const(0.0, "float32")), name="B")
+    s = te.create_schedule(out.op)
+    _, inner = s[out].split(out.op.axis[0], factor=lanes)
+    s[out].vectorize(inner)
+    module = tk.build(s, [a, out], target="llvm")
+    data = _random(size - 2)
+    result = np.full(size, 7.0, "float32")
+    module(data, result)
+    np.testing.assert_array_equal(result, np.pad(data, 1))
