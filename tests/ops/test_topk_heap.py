@@ -240,3 +240,16 @@ def test_heap_topk_runs_one_row_per_gpu_thread(target):
         assert step["target"].split()[0] == where
         if where == "cpu_llvm":
             assert "5000_elements_per_row>4096" in step["fallback_reason"]
+
+
+def test_topk_merge_sort_rows_in_parallel_with_heap_scratch_and_a_strided_axis():
+    """Rows of 20000 need 80 KB scratch buffers each, past cpu_llvm's stack limit, allocated inside the
+    parallel row loop; along axis 0 a row's elements are 3 apart."""
+    x = np.random.default_rng(0).integers(0, 1000, (4, 20000)).astype("float32")
+    got = run_op(get_op("topk"), [x], TopKAttrs(k=20000, axis=1, largest=False), "llvm")
+    np.testing.assert_array_equal(got[1], np.argsort(x, axis=1, kind="stable"))
+    y = np.random.default_rng(1).integers(0, 1000, (20000, 3)).astype("int32")
+    got = run_op(get_op("topk"), [y], TopKAttrs(k=5000, axis=0, largest=True), "llvm")
+    order = np.argsort(-y.astype(np.int64), axis=0, kind="stable")[:5000]
+    np.testing.assert_array_equal(got[1], order)
+    np.testing.assert_array_equal(got[0], np.take_along_axis(y, order, axis=0))
