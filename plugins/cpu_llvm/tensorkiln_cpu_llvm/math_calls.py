@@ -1,9 +1,10 @@
 """math_calls.py: math calls of tir (`Call(dtype, "exp", args)`) as LLVM intrinsics or libm functions.
 
 LLVM intrinsics (llvm.exp.v16f32, ...) are used where LLVM has one: the backend
-picks instructions or calls libm itself. float32 erf is a rational approximation in
-vector instructions (`_erf_f32`); other functions without an intrinsic (tanh, float64
-erf) call libm per lane (`tanhf`, `erf`). float16 math runs in float32.
+picks instructions or calls libm itself, which for llvm.exp on vectors means one expf call
+per lane (19x numpy's vectorized exp): float32 exp (and sigmoid) is therefore computed in
+vector instructions (`_exp_f32`), as is float32 erf (`_erf_f32`). Other functions without an
+intrinsic (tanh, float64 erf) call libm per lane (`tanhf`, `erf`). float16 math runs in float32.
 """
 from __future__ import annotations
 
@@ -95,9 +96,52 @@ def _erf_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
     return builder.select(builder.fcmp_unordered("uno", x, x), x, ratio)
 
 
+# exp(x) = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts, Cephes' expf), e^r
+# by Cephes' degree-7 polynomial, and 2^n applied as two exact power-of-two factors 2^(n//2) and
+# 2^(n - n//2), so that results past FLT_MAX become inf and those below the normal range
+# gradually underflow to denormals and zero, as libm's do. x is clamped to [-104, 89] first (e^x
+# is 0 or inf in float32 beyond). Checked against float64 exp on 5e6 points of [-110, 95]: at most
+# 0.98 ulp for normal results, denormals within 1.1e-45.
+_EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
+                   5.0000001201e-1)
+
+
+def _exp_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
+    def splat(value):
+        return _splat(builder, dtype, value)
+
+    def fmuladd(a, b, c):
+        return _llvm_intrinsic(builder, "llvm.fmuladd", [a, b, c])
+    clamped = _llvm_intrinsic(builder, "llvm.minnum", [_llvm_intrinsic(builder, "llvm.maxnum", [x, splat(-104.0)]),
+                                                      splat(89.0)])
+    n = _llvm_intrinsic(builder, "llvm.roundeven", [builder.fmul(clamped, splat(1.44269504088896341))])
+    r = fmuladd(n, splat(-0.693359375), clamped)
+    r = fmuladd(n, splat(2.12194440e-4), r)
+    p = splat(_EXP_POLYNOMIAL[0])
+    for coefficient in _EXP_POLYNOMIAL[1:]:
+        p = fmuladd(p, r, splat(coefficient))
+    y = fmuladd(builder.fmul(p, r), r, builder.fadd(r, splat(1.0)))
+    lanes = dtype_of(dtype).lanes
+    int_type = ir.VectorType(ir.IntType(32), lanes) if lanes > 1 else ir.IntType(32)
+
+    def int_splat(value):
+        return ir.Constant(int_type, [ir.Constant(ir.IntType(32), value)] * lanes) if lanes > 1 \
+            else ir.Constant(int_type, value)
+    exponent = builder.fptosi(n, int_type)
+    half = builder.ashr(exponent, int_splat(1))
+    scales = [builder.bitcast(builder.shl(builder.add(e, int_splat(127)), int_splat(23)), y.type)
+              for e in (half, builder.sub(exponent, half))]
+    result = builder.fmul(builder.fmul(y, scales[0]), scales[1])
+    # maxnum/minnum drop a NaN operand: put the NaN back
+    return builder.select(builder.fcmp_unordered("uno", x, x), x, result)
+
+
 def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
-    if name == "erf" and dtype_of(dtype).bits == 32:
+    single = dtype_of(dtype).bits == 32
+    if name == "erf" and single:
         return _erf_f32(builder, dtype, args[0])
+    if name == "exp" and single:
+        return _exp_f32(builder, dtype, args[0])
     if name in _LLVM_INTRINSICS:
         return _llvm_intrinsic(builder, _LLVM_INTRINSICS[name], args)
     if name in _LIBM:
@@ -106,7 +150,8 @@ def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Valu
     one = _splat(builder, dtype, 1.0)
     if name == "sigmoid":
         negated = builder.fsub(_splat(builder, dtype, 0.0), x)
-        return builder.fdiv(one, builder.fadd(one, _llvm_intrinsic(builder, "llvm.exp", [negated])))
+        exp = _exp_f32(builder, dtype, negated) if single else _llvm_intrinsic(builder, "llvm.exp", [negated])
+        return builder.fdiv(one, builder.fadd(one, exp))
     if name == "rsqrt":
         return builder.fdiv(one, _llvm_intrinsic(builder, "llvm.sqrt", [x]))
     if name == "abs":
