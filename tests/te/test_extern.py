@@ -270,3 +270,28 @@ def test_bind_parallel_loops_refusals():
     with pytest.raises(ScheduleError, match=r"bind_parallel_loops on stage B: its parallel loop i is not the body's "
                                             r"outermost statement"):
         te.lower(s, [A, B])
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda X: te.extern([(4,), (4,)], [X], _copy_body, dtypes=["float32"], name="E"),
+     r"te.extern E: 2 output shapes but 1 dtypes"),
+    (lambda X: te.extern([(4,), (4,)], [X], _copy_body, output_names=["a", "a"], name="E"),
+     r"te.extern E: output_names \['a', 'a'\] must be 2 distinct names"),
+    (lambda X: te.extern([(4,)], [], _copy_body, name="E"),
+     r"te.extern E: give dtypes= \(there is no input to take the dtype from\)"),
+    (lambda X: te.extern([(4,)], [X], None, name="E"), r"te.extern E: fbody must be a function"),
+    (lambda X: te.extern([(-1,)], [X], _copy_body, name="E"), r"te.extern E: extent -1 is negative"),
+    (lambda X: te.extern([(4,)], [X], _copy_body, dtypes="float13", name="E"), r"float13"),
+])
+def test_extern_arguments_are_checked(call, message):
+    X = te.placeholder((4,), name="X")
+    with pytest.raises(TensorkilnError, match=message):
+        call(X)
+
+
+def _copy_body(ins, outs):
+    ib = te.IRBuilder()
+    x, y = ib.buffer(ins[0]), ib.buffer(outs[0])
+    with ib.for_range(0, 4) as i:
+        y[i] = x[i]
+    return ib.get()
