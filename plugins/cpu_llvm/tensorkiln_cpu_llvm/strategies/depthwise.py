@@ -138,7 +138,10 @@ def _schedule(outputs, target, config):
     s[pad].compute_at(out, fused)
     pad_stage = s[pad]
     *_, pad_phase, pad_columns = pad_stage.op.axis
-    _, pad_vector = pad_stage.split(pad_columns, factor=lanes)
+    # the columns the conv reads (all phases): one vector op per padded row, no tail guard
+    _, _, read_columns = _pad_region(anchor, out_w)
+    block = read_columns if read_columns <= 4 * lanes else divisor_at_most(read_columns, lanes)
+    _, pad_vector = pad_stage.split(pad_columns, factor=block)
     pad_stage.vectorize(pad_vector)
     pad_stage.unroll(pad_phase)  # each phase's column mask is then a constant vector
     s[acc].compute_at(out, width_outer)
@@ -151,6 +154,17 @@ def _schedule(outputs, target, config):
     if width_block > 1:
         stage.vectorize(x)
     return s
+
+
+def _pad_region(anchor: te.Tensor, out_w: int) -> tuple[int, int, int]:
+    """(rows, phases, columns) of the padded input one channel's outputs read: the columns are the
+    output width plus the widest tap shift (x + (rx * dw) // sw reads up to out_w - 1 + shift)."""
+    (pad,) = [t for t in anchor.op.input_tensors if t.op.tag == DEPTHWISE_PAD_TAG]
+    rows, phases, columns = (int(d) for d in pad.shape[2:])
+    (rx,) = [axis for axis in anchor.op.reduce_axis if axis.var.name == "rx"]
+    stride_w, dil_w = anchor.op.attrs["strides"][1], anchor.op.attrs["dilation"][1]
+    shift = ((int(rx.dom.extent) - 1) * dil_w) // stride_w
+    return rows, phases, min(columns, out_w + shift)
 
 
 def _space(workload, target) -> TuningSpace:
