@@ -336,8 +336,8 @@ class Stage:
             s[values].bind_parallel_loops(64)   # topk: one thread per row
 
         The loop becomes blockIdx.x x threadIdx.x with a guard for the tail; a body without a
-        parallel loop runs on one thread, and one whose parallel loops are nested or several
-        raises ScheduleError when lowered.
+        parallel loop runs on one thread, and one whose parallel loops sit inside a serial loop or
+        follow one another raises ScheduleError when lowered (threads have no barrier between them).
         """
         if not self.is_extern:
             raise self._error("bind_parallel_loops", "only an extern stage (te.extern) has loops its body marks "
