@@ -1,6 +1,7 @@
-"""cumsum/cumprod as an O(n) scan tree and topk as a bitonic top-k network: they match numpy
-(the ops' references) on cpu_llvm and the tir interpreter, their lowered loops do O(n) and
-O(n log^2 k) iterations (not the n^2 of the old masked reductions), and they run at real sizes."""
+"""cumsum/cumprod as an O(n) scan tree and topk as an extern stage (a bounded heap per row, a merge sort
+for long rows with large k; ops/sort.py): they match numpy (the ops' references) on cpu_llvm and the tir
+interpreter, their lowered loops stay within O(n) and O(n log k)-style bounds (not the n^2 of the old masked
+reductions), and they run at real sizes."""
 from __future__ import annotations
 
 import math
