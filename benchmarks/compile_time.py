@@ -25,7 +25,9 @@ implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
       llvm ir text     printing it (emitter._unoptimized_text)
       llvm parse       LLVM parsing the text (emitter._parse)
       llvm optimise    optimisation of the chunks (parallel_compile.optimize_chunks; the parent's
-                       own share is its CPU, the workers' is "children cpu")
+                       own share is its CPU, the workers' is "children cpu"). Since the chunks are
+                       written and the parent's object emitted inside optimize_chunks, this phase
+                       holds "llvm ir build", "llvm ir text" and "object code" of a chunked module
       object code      machine code (TargetMachine.emit_object), in this process
       link chunks      the chunks' optimised bitcode linked into one module (the artifact's IR)
       llvm verify      LLVM's module verifier (ModuleRef.verify), wherever it runs here
