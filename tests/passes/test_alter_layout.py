@@ -106,3 +106,20 @@ def test_check_preference_says_which_preferences_alter_layout_honours():
         check_preference("nn.conv2d", "NCHW", "HWIO")
     assert check_preference("nn.max_pool2d", "NHWC") == (
         "alter_layout converts only nn.conv2d; a layout preference for nn.max_pool2d (NHWC) is never applied")
+
+
+def test_nhwc_region_runs_through_a_resize_with_its_sizes_scales_and_roi_permuted():
+    x = graph.var("x", shape=(1, 16, 8, 8))
+    y = graph.nn.relu(graph.nn.conv2d(x, const(24, 16, 3, 3), padding=1))
+    up = graph.call("image.resize", y, size=(1, 24, 16, 12), scales=(1.0, 1.0, 2.0, 1.5), method="linear",
+                    coordinate_transformation_mode="tf_crop_and_resize",
+                    roi=(0.0, 0.0, 0.1, 0.0, 1.0, 1.0, 0.9, 1.0))
+    before = Module.from_expr(graph.nn.conv2d(up, const(8, 24, 3, 3), padding=1))
+    after = alter_layout(before, config={"nn.conv2d": "NHWC"})
+    (resize,) = _calls(after, "image.resize")
+    assert resize.attrs.size == (1, 16, 12, 24) and resize.attrs.scales == (1.0, 2.0, 1.5, 1.0)
+    assert resize.attrs.roi == (0.0, 0.1, 0.0, 0.0, 1.0, 0.9, 1.0, 1.0)
+    assert len(_calls(after, "layout_transform")) == 2   # into the region and out of it, none around the resize
+    data = random_input(x)
+    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5,
+                               atol=1e-5)

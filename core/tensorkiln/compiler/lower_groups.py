@@ -63,7 +63,7 @@ def lower_group(function: Function, name: str, target, configs=None, context=Non
     placeholders, outputs, ops = _build_tensors(function, name, target)
     choice = strategy.select(calls, outputs, target, configs)
     if choice.implementation is not None and choice.implementation.compute is not None:
-        anchor = strategy.compute_anchor(calls)
+        anchor = strategy.compute_anchor(calls, choice.implementation)
         placeholders, outputs, ops = _build_tensors(function, name, target, anchor, choice)
     schedule = choice.schedule(outputs, target)
     func = lower(schedule, placeholders + outputs, name=name, context=context)

@@ -12,8 +12,8 @@ schedule-only implementations of priority RULE_PRIORITY. For a group (`select`):
 3. every implementation matching a key whose condition accepts the anchor call
    competes; the highest priority wins, then the more specific key, then registration
    order. An implementation with a compute competes only when keyed by the anchor op's
-   name (in a group without anchor: its only injective op's, `compute_anchor`), and its
-   compute then replaces that op's;
+   name (in a group without anchor: an injective op's, `compute_anchor`), and its compute
+   then replaces that op's;
 4. with no candidate, the core's naive default (tensorkiln.ops.naive_schedule).
 
 A `configs` callback whose `implementation` attribute is GENERATED_NAME (a task tuned in a
@@ -159,14 +159,17 @@ def anchor_call(calls: Sequence[Call]) -> Call | None:
     return best
 
 
-def compute_anchor(calls: Sequence[Call]) -> Call | None:
-    """The call whose compute an implementation may replace: the anchor, or in a group without one,
-    its only injective call (a concatenate with an elementwise epilogue, say); None otherwise."""
+def compute_anchor(calls: Sequence[Call], implementation: OpImplementation) -> Call | None:
+    """The call whose compute `implementation` replaces: the anchor when it is keyed by the anchor's name; in a
+    group without anchor, the last injective call keyed by it (a concatenate with an elementwise epilogue
+    or a resize before it); None otherwise."""
     anchor = anchor_call(calls)
     if anchor is not None:
-        return anchor
-    injective = [c for c in calls if isinstance(c.op, Op) and c.op.pattern == OpPattern.INJECTIVE]
-    return injective[0] if len(injective) == 1 else None
+        return anchor if anchor.op.name in implementation.keys else None
+    for call in reversed(calls):
+        if isinstance(call.op, Op) and call.op.pattern == OpPattern.INJECTIVE and call.op.name in implementation.keys:
+            return call
+    return None
 
 
 def _keys(anchor: Call | None, outputs: Sequence, ops: Sequence[str]) -> list[str]:
@@ -194,7 +197,6 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
     """
     outputs = as_outputs(outputs)
     anchor = anchor_call(calls)
-    replaceable = compute_anchor(calls)
     call = anchor if anchor is not None else (calls[-1] if calls else None)
     names = [c.op.name for c in calls if isinstance(c.op, Op)] or list(ops)
     keys = _keys(anchor, outputs, names)
@@ -207,7 +209,7 @@ def select(calls: Sequence[Call], outputs, target, configs=None, ops: Sequence[s
         matched = [keys.index(k) for k in implementation.keys if k in keys]
         if not matched:
             continue
-        if implementation.compute is not None and (replaceable is None or replaceable.op.name not in implementation.keys):
+        if implementation.compute is not None and compute_anchor(calls, implementation) is None:
             continue
         verdict = implementation.applies(call, target) if call is not None else True
         if verdict is not True:

@@ -14,7 +14,8 @@ With NHWC preferred:
 
 A converted tensor stays in the new layout through layout-agnostic ops
 (elementwise and broadcast ops, whose constant operands are permuted at
-compile time; bias_add, concatenate and lrn, whose axis is remapped) and through
+compile time; bias_add, concatenate and lrn, whose axis is remapped; image.resize, whose per-axis
+sizes, scales and roi are permuted) and through
 max/avg pools (which take a `layout` attribute), so layout_transform appears
 only at the boundaries of the converted region: where an op that knows only
 NCHW (global pooling, reshape, ...) or the function result needs the original layout. Constant weights are permuted here; a transform of
@@ -227,6 +228,8 @@ class _Converter:
                 return None
             return Call(call.op, (self.in_layout(call.args[0]),),
                         dataclasses.replace(call.attrs, axis=self.layout.index("C")), call.span)
+        if name == "image.resize":   # resizes every axis: the per-axis attributes follow the permutation
+            return self._resize(call)
         if name == "concatenate":
             axis = _ORIGINAL[call.attrs.axis % 4]
             return Call(call.op, tuple(self.in_layout(a) for a in call.args),
@@ -234,6 +237,16 @@ class _Converter:
         if call.op.pattern <= OpPattern.BROADCAST and name != "broadcast_to":
             return self._elementwise(call)
         return None
+
+    def _resize(self, call: Call) -> Expr | None:
+        attrs = call.attrs
+        if len(attrs.size) != 4 or len(attrs.scales) not in (0, 4) or (attrs.roi is not None and len(attrs.roi) != 8):
+            return None
+        order = [_ORIGINAL.index(axis) for axis in self.layout]
+        roi = None if attrs.roi is None else (*(attrs.roi[i] for i in order), *(attrs.roi[4 + i] for i in order))
+        new_attrs = dataclasses.replace(attrs, size=tuple(attrs.size[i] for i in order), roi=roi,
+                                        scales=tuple(attrs.scales[i] for i in order) if attrs.scales else ())
+        return Call(call.op, (self.in_layout(call.args[0]),), new_attrs, call.span)
 
     def _elementwise(self, call: Call) -> Expr | None:
         args = []
