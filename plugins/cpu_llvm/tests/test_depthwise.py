@@ -70,7 +70,7 @@ def test_depthwise_knobs_all_give_numpy():
     attrs = type("Attrs", (), dict(strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=16))
     for config in space:
         data, weight = te.placeholder(x.shape, name="x"), te.placeholder(w.shape, name="w")
-        out = depthwise.depthwise_nchw(data, weight, attrs, 16)
+        out = depthwise.depthwise_nchw(data, weight, attrs, 16, config["split_phases"])
         s = depthwise._schedule([out], target, config)
         module = tk.build(s, [data, weight, out], target="llvm")
         result = np.zeros(expected.shape, "float32")
