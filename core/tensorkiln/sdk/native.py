@@ -301,13 +301,17 @@ _live_modules: "weakref.WeakSet[NativeModule]" = weakref.WeakSet()
 _thread_override: int | None = None
 
 
-def set_num_threads(count: int) -> None:
+def set_num_threads(count: int | None) -> None:
     """Threads for parallel loops of every loaded native module, now and later (0 = all cores).
 
     A runtime setting (like `omp_set_num_threads`), it overrides each module's
-    `-num_threads` target option until called again.
+    `-num_threads` target option until called again; None drops the override for modules
+    loaded from then on (they use their target option again; loaded ones keep the last count).
     """
     global _thread_override
+    if count is None:
+        _thread_override = None
+        return
     if int(count) < 0:
         raise RuntimeLaunchError(f"set_num_threads: count must be >= 0 (0 = all cores), got {count}")
     _thread_override = int(count)

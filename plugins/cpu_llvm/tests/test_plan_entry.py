@@ -115,13 +115,15 @@ def test_the_executor_overlaps_levels_when_kernels_leave_cores_free():
     executor = lib.executor
     x = np.ones((8, 32), np.float32)
     expected = executor.run_with({"x": x}, native=False)
+    before = tk.runtime.get_num_threads()
     tk.runtime.set_num_threads(1)
     try:
         assert executor.overlap_width() == (os.cpu_count() or 1)
         for got, want in zip(lib.run({"x": x}), expected):
             np.testing.assert_array_equal(got, want)
     finally:
-        tk.runtime.set_num_threads(0)
+        tk.runtime.set_num_threads(0)   # the modules loaded so far back to all cores
+        tk.runtime.set_num_threads(before)   # and no override left for later ones (a module's -num_threads)
 
 
 LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
