@@ -59,3 +59,9 @@ def test_a_row_broadcast_over_the_tokens_stays_correct():
                            "llvm")
     assert "cpu_llvm.matmul_ukernel" not in _strategies(plain)
     np.testing.assert_allclose(plain(x), x @ w + t, rtol=1e-4, atol=1e-4)
+
+
+def test_a_3d_times_4d_matmul_is_not_taken_for_a_batch_of_gemms():
+    a, b = _random(3, 4, 8), _random(2, 3, 8, 5)   # broadcasts a over b's leading axis
+    lib = tk.compile(graph.nn.matmul(graph.var("a", shape=a.shape), graph.var("b", shape=b.shape)), "llvm")
+    np.testing.assert_allclose(lib(a, b), a @ b, rtol=1e-4, atol=1e-4)

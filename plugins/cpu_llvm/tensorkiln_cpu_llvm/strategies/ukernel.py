@@ -87,7 +87,8 @@ def _gemm_shape(call) -> tuple[int, int, int] | None:
     if name == "nn.matmul" and len(types[0].shape) == 2 and len(types[1].shape) == 2:
         (m, k), (_, n) = types[0].shape, types[1].shape
         return int(m), int(n), int(k)
-    if name == "nn.matmul" and len(types[0].shape) == 3 and tuple(types[0].shape[:1]) == tuple(types[1].shape[:1]):
+    if name == "nn.matmul" and len(types[0].shape) == 3 and len(types[1].shape) == 3 \
+            and int(types[0].shape[0]) == int(types[1].shape[0]):
         (_, m, k), (_, _, n) = types[0].shape, types[1].shape   # a batch of GEMMs: one call per batch index
         return int(m), int(n), int(k)
     return None
