@@ -354,9 +354,13 @@ class ExprCodegen(tir.ExprFunctor):
             return builder.call(self._masked_intrinsic("load", vector_type),
                                 [pointer, I32(element_bytes), mask, ir.Constant(vector_type, None)])
         wide_type = memory_type(with_lanes(dtype, width))
-        off = ir.Constant(ir.VectorType(I1, lanes), [False] * lanes)
-        wide_mask = builder.shuffle_vector(mask, off, ir.Constant(ir.VectorType(I32, width),
-                                                                  [*range(lanes), *([lanes] * (width - lanes))]))
+        # widened as 32-bit lanes: a shuffle of an odd-width i1 vector becomes one mask-register
+        # shift per lane on AVX-512
+        as_int = builder.sext(mask, ir.VectorType(I32, lanes))
+        zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
+        wide_int = builder.shuffle_vector(as_int, zeros, ir.Constant(ir.VectorType(I32, width),
+                                                                     [*range(lanes), *([lanes] * (width - lanes))]))
+        wide_mask = builder.icmp_signed("!=", wide_int, ir.Constant(ir.VectorType(I32, width), [0] * width))
         wide = builder.call(self._masked_intrinsic("load", wide_type),
                             [builder.bitcast(pointer, wide_type.as_pointer()), I32(element_bytes), wide_mask,
                              ir.Constant(wide_type, None)])

@@ -61,13 +61,15 @@ def test_depthwise_nchw_matches_numpy(target, shape, multiplier, kernel, strides
     np.testing.assert_allclose(lib(x), expected, rtol=1e-4, atol=1e-4)
 
 
-def test_depthwise_knobs_all_give_numpy():
+@pytest.mark.parametrize("shape,strides,padding,dilation", [((1, 16, 14, 14), (2, 2), (1, 1, 1, 1), (1, 1)),
+                                                          ((2, 4, 15, 31), (3, 3), (1, 2, 0, 1), (1, 2))])
+def test_depthwise_knobs_all_give_numpy(shape, strides, padding, dilation):
     from tensorkiln_cpu_llvm.strategies import depthwise
-    x, w = _random(1, 16, 14, 14), _random(16, 1, 3, 3)
+    x, w = _random(*shape), _random(shape[1], 1, 3, 3)
     target = tk.target("llvm")
     space = depthwise._space(None, target)
-    expected = _depthwise_reference(x, w, (2, 2), (1, 1, 1, 1), (1, 1))
-    attrs = type("Attrs", (), dict(strides=(2, 2), padding=(1, 1, 1, 1), dilation=(1, 1), groups=16))
+    expected = _depthwise_reference(x, w, strides, padding, dilation)
+    attrs = type("Attrs", (), dict(strides=strides, padding=padding, dilation=dilation, groups=shape[1]))
     for config in space:
         data, weight = te.placeholder(x.shape, name="x"), te.placeholder(w.shape, name="w")
         out = depthwise.depthwise_nchw(data, weight, attrs, 16, config["split_phases"])

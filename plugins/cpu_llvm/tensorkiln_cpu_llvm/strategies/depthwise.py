@@ -18,7 +18,7 @@ small buffer that stays in L1, and read without bounds checks:
 With a column stride the padded row is split into `stride` column phases (column
 q * stride + phase), as ops/nn/conv2d.py does for strided convs, so the conv's reads are
 contiguous vectors (knob split_phases; without it each tap reads x * stride as one contiguous
-span and a shuffle, cheaper for outputs no wider than a vector, see `_space`).
+span and a shuffle, see `_space`).
 
 Knobs (`_space`): max_width (output columns per register tile), rows (output rows per tile),
 split_phases.
@@ -41,6 +41,8 @@ DEFAULT_TILE_WIDTH = 32
 """Default output columns per register tile (see `_space`)."""
 
 DEPTHWISE_PAD_TAG = "depthwise_pad"
+DEPTHWISE_ROWS_TAG = "depthwise_pad_rows"
+"""The padded rows a column-phase split reads (not an injective tag either)."""
 """The per-channel padded (and phase-split) input; not an injective tag, so it is not inlined."""
 
 
@@ -85,12 +87,22 @@ def depthwise_nchw(data: te.Tensor, weight: te.Tensor, attrs, lanes: int, split_
     multiplier = g["out_channels"] // g["channels"]
     rows, phases, columns = g["pad_shape"]
 
-    def pad_body(b, c, r, p, q):
-        row, column = r - top, q * phases + p - left
+    def padded(b, c, r, column):
+        row, column = r - top, column - left
         inside = reduce(tir.And, (row >= 0, row < height, column >= 0, column < width))
         return te.if_then_else(inside, data[b, c, row, column], te.const(0.0, data.dtype))
-    pad = te.compute((g["batch"], g["channels"], rows, phases, columns), pad_body, name="T_depthwise_pad",
-                     tag=DEPTHWISE_PAD_TAG)
+    if phases == 1:
+        pad = te.compute((g["batch"], g["channels"], rows, 1, columns), lambda b, c, r, p, q: padded(b, c, r, q),
+                         name="T_depthwise_pad", tag=DEPTHWISE_PAD_TAG)
+    else:
+        # the padded rows first (contiguous masked loads), then their column phases (unmasked strided
+        # loads: a span load and a shuffle). Split in one step, the masked strided loads become
+        # gathers: LLVM narrows their mask to the lanes the shuffle keeps, then scalarizes the load.
+        rows_padded = te.compute((g["batch"], g["channels"], rows, columns * phases), padded,
+                                 name="T_depthwise_pad_rows", tag=DEPTHWISE_ROWS_TAG)
+        pad = te.compute((g["batch"], g["channels"], rows, phases, columns),
+                         lambda b, c, r, p, q: rows_padded[b, c, r, q * phases + p], name="T_depthwise_pad",
+                         tag=DEPTHWISE_PAD_TAG)
     ry = te.reduce_axis((0, g["kernel"][0]), name="ry")
     rx = te.reduce_axis((0, g["kernel"][1]), name="rx")
 
@@ -147,7 +159,15 @@ def _schedule(outputs, target, config):
     block = read_columns if read_columns <= 4 * lanes else divisor_at_most(read_columns, lanes)
     _, pad_vector = pad_stage.split(pad_columns, factor=block)
     pad_stage.vectorize(pad_vector)
-    pad_stage.unroll(pad_phase)  # each phase's column mask is then a constant vector
+    pad_stage.unroll(pad_phase)
+    for producer in pad.op.input_tensors:
+        if producer.op.tag == DEPTHWISE_ROWS_TAG:
+            s[producer].compute_at(out, fused)
+            *_, row_columns = s[producer].op.axis
+            extent = read_columns * 2 if read_columns * 2 <= 8 * lanes else lanes
+            _, row_vector = s[producer].split(row_columns, factor=divisor_at_most(
+                int(producer.shape[3]), extent) if extent == lanes else extent)
+            s[producer].vectorize(row_vector)
     s[acc].compute_at(out, width_outer)
     stage = s[acc]
     b, o, y, x = stage.op.axis
@@ -175,13 +195,10 @@ def _pad_region(anchor: te.Tensor, out_w: int) -> tuple[int, int, int]:
 
 def _space(workload, target) -> TuningSpace:
     lanes = vector_lanes(target, "float32")
-    # Column phases pay off on outputs wider than a vector: shufflenet's 56 -> 28 stride-2 conv takes
-    # 0.13 ms with them against 0.32 without (1 thread, AVX-512; 0.10 / 0.19 on AVX2), while its
-    # 28 -> 14 one takes 0.10 with them against 0.04 without (AVX2: 0.048 / 0.041) and 14 -> 7 ties:
-    # one strided read per tap (a span load and a shuffle) is cheaper than the phase split's masked
-    # strided loads while the rows are short.
-    out_w = _output_width(workload)
-    split = out_w is None or out_w > lanes
+    # Column phases (padded rows, then their phases) measured best or tied on shufflenet's stride-2
+    # depthwise layers (1 thread; 56/28/14-wide inputs): AVX2 0.106/0.045/0.017 ms against 0.217/0.042/
+    # 0.023 without; AVX-512 0.064/0.027/0.012 against 0.048/0.026/0.025 (the one loss: the 56-wide).
+    split = True
     # Output columns per tile: up to 32, a whole row of the 7- to 28-wide outputs of light CNNs in
     # 2 AVX-512 or 4 AVX2 accumulators; two rows per tile give the FMA units two independent chains
     # of 9 taps. Measured on shufflenet's depthwise layers (1 thread, native and -mcpu=haswell): 32 x 2
@@ -190,12 +207,6 @@ def _space(workload, target) -> TuningSpace:
     return TuningSpace((Knob("max_width", tuple(sorted({lanes, 2 * lanes, 4 * lanes, width})), width),
                         Knob("rows", (1, 2, 4), 2), Knob("split_phases", (False, True), split)))
 
-
-def _output_width(workload) -> int | None:
-    anchor = workload.anchor if workload is not None else None
-    shape = anchor.shape if anchor is not None else \
-        getattr(getattr(getattr(workload, "call", None), "checked_type", None), "shape", None)
-    return int(shape[3]) if shape is not None and len(shape) == 4 else None
 
 
 def depthwise_strategies(target) -> list[OpImplementation]:
