@@ -390,9 +390,12 @@ class ExprCodegen(tir.ExprFunctor):
             if lanes_of(mask.type) == 1:
                 mask = splat(builder, mask, lanes)
             # wide lane j * stride takes lane j's mask; the lanes between are not read
-            off = ir.Constant(ir.VectorType(I1, lanes), [False] * lanes)
+            # (shuffled as 32-bit lanes, see _masked_load)
+            as_int = builder.sext(mask, ir.VectorType(I32, lanes))
+            zeros = ir.Constant(ir.VectorType(I32, lanes), [0] * lanes)
             picks = [j // stride if j % stride == 0 else lanes + j // stride for j in range(span)]
-            wide_mask = builder.shuffle_vector(mask, off, ir.Constant(ir.VectorType(I32, span), picks))
+            wide_int = builder.shuffle_vector(as_int, zeros, ir.Constant(ir.VectorType(I32, span), picks))
+            wide_mask = builder.icmp_signed("!=", wide_int, ir.Constant(ir.VectorType(I32, span), [0] * span))
             wide = self._masked_load(pointer, node.buffer.dtype, span, wide_mask, element_bytes)
         every = ir.Constant(ir.VectorType(I32, lanes), [j * stride for j in range(lanes)])
         return builder.shuffle_vector(wide, ir.Constant(wide_type, ir.Undefined), every)
