@@ -130,3 +130,29 @@ def test_masked_contiguous_load_of_any_lane_count_matches_numpy(lanes):
     result = np.full(size, 7.0, "float32")
     module(data, result)
     np.testing.assert_array_equal(result, np.pad(data, 1))
+
+
+NHWC_CASES = [  # x shape (NCHW), multiplier, kernel, strides, padding, dilation
+    ((1, 136, 28, 28), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 64, 23, 23), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 24, 13, 11), 1, (3, 3), (2, 2), (1, 1, 1, 1), (1, 1)),
+    ((1, 5, 20, 23), 1, (5, 5), (1, 1), (2, 2, 2, 2), (2, 2)),
+    ((1, 48, 15, 17), 1, (3, 5), (3, 2), (1, 2, 0, 1), (1, 2)),
+    ((1, 6, 17, 19), 2, (3, 3), (1, 2), (0, 2, 1, 1), (1, 1)),   # multiplier 2: the root pad path
+]
+
+
+@pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
+@pytest.mark.parametrize("shape,multiplier,kernel,strides,padding,dilation", NHWC_CASES)
+def test_depthwise_nhwc_matches_numpy(target, shape, multiplier, kernel, strides, padding, dilation):
+    """NHWC depthwise (apply_conv2d_nhwc): the padded input rows computed per (channel block, output row)."""
+    channels = shape[1]
+    x, w, b = _random(*shape), _random(channels * multiplier, 1, *kernel), _random(channels * multiplier)
+    conv = graph.call("nn.conv2d", graph.var("x", shape=x.transpose(0, 2, 3, 1).shape),
+                      graph.const(np.ascontiguousarray(w.transpose(2, 3, 1, 0))), strides=strides, padding=padding,
+                      dilation=dilation, groups=channels, data_layout="NHWC", kernel_layout="HWIO")
+    lib = tk.compile(graph.nn.relu(graph.nn.bias_add(conv, graph.const(b), axis=3)), target)
+    assert _strategies(lib) == ["cpu_llvm.conv2d_nhwc"]
+    expected = np.maximum(_depthwise_reference(x, w, strides, padding, dilation) + b[:, None, None], 0)
+    np.testing.assert_allclose(lib(np.ascontiguousarray(x.transpose(0, 2, 3, 1))), expected.transpose(0, 2, 3, 1),
+                               rtol=1e-4, atol=1e-4)

@@ -128,10 +128,13 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
 
     The padded input is materialized first (its rows then need no bounds checks).
     """
-    for producer in anchor.op.input_tensors:
-        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
-            schedule_injective_stage(s, producer, target)
+    groups = (anchor.op.attrs or {}).get("groups", 1)
+    depthwise = groups > 1 and groups == int(output.shape[3])
+    pads = [p for p in anchor.op.input_tensors if p.op.tag == "injective.pad" and p.op in s.stage_map]
     acc, output = accumulator(s, anchor, output)
+    if not _same_shape(acc, output) or not depthwise:
+        for producer in pads:
+            schedule_injective_stage(s, producer, target)
     if not _same_shape(acc, output):
         schedule_reduce_stage(s, acc, target)
         schedule_injective_stage(s, output, target)
@@ -139,7 +142,6 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     out = s[output]
     batch, row, column, channel = out.op.axis
     _, _, out_width, out_channels = (int(d) for d in output.shape)
-    groups = (anchor.op.attrs or {}).get("groups", 1)
     per_group = out_channels // groups
     grouped = groups > 1 and per_group > 1
     width_block, channel_block = _nhwc_tile(out_width, per_group if grouped else out_channels,
@@ -163,6 +165,14 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     # Only two loops are fused into the parallel one, and batch stays serial: a third would be
     # recovered through (fused // a) % b, which bound inference relaxes to the whole axis.
     _parallel(out, parallel, target)
+    if depthwise:
+        # a depthwise conv does 9 FMAs per output: a root pass over the padded input costs it as much
+        # as the conv, so each (channel block, output row) pads the input rows it reads (in L1)
+        lanes = vector_lanes(target, acc.dtype)
+        for producer in pads:
+            s[producer].compute_at(out, parallel)
+            _, pad_channels = s[producer].split(s[producer].op.axis[3], factor=divisor_at_most(channel_block, lanes))
+            s[producer].vectorize(pad_channels)
     if channel_block > 1:
         out.vectorize(channel_inner)
     s[acc].compute_at(out, width_outer)
