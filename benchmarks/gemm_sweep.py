@@ -13,7 +13,8 @@ strategies/ukernel.py on sgemm.py). Each column is measured in its own process:
 
 and each thread count too (worker threads that OpenBLAS or libgomp leave spinning after a
 2-thread call would slow the next 1-thread call). Each ratio is numpy's median seconds
-over ours (>1: faster than numpy), timed interleaved (numpy, ours, numpy, ...) in one
+over ours (>1: faster than numpy), timed interleaved (numpy, ours, numpy, ...; at 2 threads with a
+pause before each sample, QUIESCE_SECONDS) in one
 process so machine load hits both alike; "best-of" is the same with the fastest sample of
 each, and "CPU time" the ratio of median process CPU seconds per call (what a call costs
 when other processes take the cores away; with 2 threads it also counts spin-waiting),
@@ -64,6 +65,13 @@ def _sample(run, number: int) -> tuple[float, float]:
     return (time.perf_counter() - start) / number, (time.process_time() - cpu) / number
 
 
+QUIESCE_SECONDS = 0.15
+"""Pause before each multi-threaded sample: after a call, OpenBLAS's idle threads spin for up to 2^28
+cycles (~0.1 s) and libgomp's for GOMP_SPINCOUNT, taking the cores the other side's threads need next.
+Without it, at 2 threads both sides measured about their 1-thread speed (the 1024^3 GEMM: 222 GFLOP/s
+interleaved vs 364 alone on the 2-core host)."""
+
+
 def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
     import numpy as np
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -95,8 +103,11 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
                 once = min(_sample(lambda: kernel(a, b, ours), 1)[0] for _ in range(3))
                 number = max(1, int(0.02 / max(once, 1e-6)))   # samples of about 20 ms
                 numpy_s, ours_s = [], []
+                pause = QUIESCE_SECONDS if threads > 1 else 0.0
                 for _ in range(repeat):
+                    time.sleep(pause)
                     numpy_s.append(_sample(lambda: np.matmul(a, b, out=theirs), number))
+                    time.sleep(pause)
                     ours_s.append(_sample(lambda: kernel(a, b, ours), number))
             t_numpy, t_ours = (statistics.median(w for w, _ in times) for times in (numpy_s, ours_s))
             cpu_numpy, cpu_ours = (statistics.median(c for _, c in times) for times in (numpy_s, ours_s))
