@@ -54,7 +54,7 @@ def build_best(m: int, n: int, k: int, target_text: str):
     if choice.implementation is not None and choice.implementation.compute is not None:
         c = choice.implementation.compute([a, b], call.attrs, call.checked_type, target, dict(choice.config))
     module = tk.build(choice.schedule([c], target), [a, b, c], target=target, name="gemm_best")
-    return module.get_function(module.entry_name), choice
+    return module.get_function(module.entry_name), choice, module
 
 
 def _sample(run, number: int) -> tuple[float, float]:
@@ -89,7 +89,7 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
         m, n, k = (int(x) for x in size.split("x"))
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
-        kernel, choice = build_best(m, n, k, TARGETS[isa])
+        kernel, choice, module = build_best(m, n, k, TARGETS[isa])
         ours, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
         kernel(a, b, ours)
         np.matmul(a, b, out=theirs)
@@ -97,6 +97,7 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
         flops = 2.0 * m * n * k
         for threads in threads_list:
             tk.runtime.set_num_threads(threads)
+            module.loaded.set_num_threads(threads)   # this module for sure, whatever else is live
             with threadpool_limits(limits=threads, user_api="blas"):
                 np.matmul(a, b, out=theirs)
                 kernel(a, b, ours)
