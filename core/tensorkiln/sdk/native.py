@@ -350,7 +350,9 @@ class NativeModule(LoadedModule):
             if not address:
                 raise ArtifactError(f"kernel {name!r}: symbol {symbol!r} is missing from the loaded code")
             # refuses a read-only array for a buffer the kernel writes (JIT modules and exported libraries)
-            self._functions[name] = WriteCheckedKernel(NativeKernel(signature, address, self._owner),
+            # the kernel keeps this module alive (not only its code): a process-wide set_num_threads
+            # must still reach the module's thread setting when the caller kept only the function
+            self._functions[name] = WriteCheckedKernel(NativeKernel(signature, address, self),
                                                        written_params(self.artifact.metadata, name))
         return self._functions[name]
 

@@ -93,3 +93,28 @@ def test_a_kernel_reusing_its_heap_block_is_safe_to_call_from_several_threads_at
         return True
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert all(pool.map(run, inputs))
+
+
+def test_the_process_wide_thread_count_reaches_a_module_kept_only_through_its_function():
+    import gc
+    import weakref
+    a = te.placeholder((64,), name="a")
+    b = te.compute((64,), lambda i: a[i] + 1.0, name="b")
+    s = te.create_schedule(b.op)
+    s[b].parallel(s[b].op.axis[0])
+    module = tk.build(s, [a, b], target="llvm", name="kept_by_function")
+    function = module.get_function(module.entry_name)
+    loaded = weakref.ref(module.loaded)
+    del module
+    gc.collect()
+    assert loaded() is not None
+    before = tk.runtime.get_num_threads()
+    try:
+        tk.runtime.set_num_threads(1)
+        assert loaded().get_num_threads() == 1
+    finally:
+        tk.runtime.set_num_threads(0)
+        tk.runtime.set_num_threads(before)
+    out = np.zeros(64, np.float32)
+    function(np.arange(64, dtype=np.float32), out)
+    np.testing.assert_array_equal(out, np.arange(64, dtype=np.float32) + 1)
