@@ -58,3 +58,19 @@ def test_fold_scale_axis_leaves_a_conv_with_other_users():
     conv = graph.nn.conv2d(x, graph.const(_array(3, 2, 1, 1)))
     before = Module.from_expr(graph.tuple_(conv * graph.const(_array(3, 1, 1)), graph.nn.relu(conv)))
     assert fold_scale_axis(before) is before
+
+
+def test_float32_weight_scaling_gives_the_float64_products_bits():
+    from tensorkiln import graph as g
+    from tensorkiln.passes.fold_scale_axis import _scale_weight
+    rng = np.random.default_rng(3)
+    weight = (rng.standard_normal((64, 8, 3, 3)) * np.exp(rng.uniform(-85, 85, (64, 8, 3, 3)))).astype(np.float32)
+    weight[0] = np.float32(1e-40)   # denormals
+    vector = (rng.standard_normal(64) * np.exp(rng.uniform(-40, 40, 64))).astype(np.float32)
+    vector[1] = np.float32(3e38)    # overflow to inf
+    conv = g.nn.conv2d(g.var("x", shape=(1, 8, 5, 5)), g.const(weight))
+    with np.errstate(over="ignore"):
+        exact = (weight.astype(np.float64) * vector.astype(np.float64).reshape(64, 1, 1, 1)).astype(np.float32)
+        scaled = _scale_weight(conv, vector).args[1].value
+    assert scaled.dtype == np.float32
+    np.testing.assert_array_equal(scaled.view(np.uint32), exact.view(np.uint32))

@@ -120,7 +120,12 @@ def _scale_weight(anchor: Call, vector: np.ndarray) -> Call:
         out_axis = 1
     shape = [1] * weight.ndim
     shape[out_axis] = vector.shape[0]
-    scaled = (weight.astype(np.float64) * vector.astype(np.float64).reshape(shape)).astype(weight.dtype)
+    if weight.dtype == np.float32 and vector.dtype == np.float32:
+        # a float32 product is correctly rounded, as is the float64 product (exact: 48 bits) rounded to
+        # float32: the same bits at a quarter of the memory traffic (resnet50: 0.27 s of its compile)
+        scaled = weight * vector.reshape(shape)
+    else:
+        scaled = (weight.astype(np.float64) * vector.astype(np.float64).reshape(shape)).astype(weight.dtype)
     return Call(anchor.op, (anchor.args[0], Constant(scaled)), anchor.attrs, anchor.span)
 
 
