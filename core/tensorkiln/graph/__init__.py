@@ -6,7 +6,7 @@ from . import nn, ops  # noqa: F401  (ops registers every built-in op)
 from .attrs import NO_ATTRS, Attrs, AttrsError, NoAttrs
 from .builder import *  # noqa: F401,F403
 from .builder import __all__ as _builder_names
-from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
+from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var, owned_constant
 from .interpreter import evaluate, evaluate_call
 from .printer import print_expr, print_module
 from .registry import Op, OpPattern, get_op, list_ops, register_op, set_compute
@@ -21,7 +21,7 @@ def infer_type(mod_or_expr):
 
 
 __all__ = [
-    "Expr", "Var", "Constant", "Call", "Tuple", "TupleGetItem", "Function", "Module",
+    "Expr", "Var", "Constant", "owned_constant", "Call", "Tuple", "TupleGetItem", "Function", "Module",
     "Type", "TensorType", "TupleType", "FuncType",
     "Attrs", "NoAttrs", "NO_ATTRS", "AttrsError",
     "Op", "OpPattern", "register_op", "get_op", "list_ops", "set_compute",

@@ -103,7 +103,11 @@ class Var(Expr):
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Constant(Expr):
-    """A constant tensor. The numpy value is read-only; build with graph.const(...)."""
+    """A constant tensor. The numpy value is read-only; build with graph.const(...).
+
+    A writable array is copied first (the caller may still change it); a pass that made the array
+    itself and keeps no other reference can hand it over read-only (`owned_constant`) and skip the copy.
+    """
 
     value: np.ndarray
 
@@ -122,6 +126,13 @@ class Constant(Expr):
 
     def _struct_key(self) -> tuple:
         return (self.value,)
+
+
+def owned_constant(array: np.ndarray) -> "Constant":
+    """A Constant of `array`, which the caller made and no longer changes: marked read-only, not copied
+    (weights rewritten by passes: resnet50's BN-folded and permuted weights were copied twice)."""
+    array.flags.writeable = False
+    return Constant(array)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
+from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, owned_constant, post_order
 from ..graph.ops.layout import transform_layout
 from ..graph.ops.nn import POOL_LAYOUTS
 from ..graph.registry import Op, OpPattern
@@ -270,7 +270,7 @@ class _Converter:
         weight = self.original(call.args[1])
         if isinstance(weight, Constant):
             permutation = ["OIHW".index(axis) for axis in self.kernel_layout]
-            weight = Constant(np.ascontiguousarray(weight.value.transpose(permutation)))
+            weight = owned_constant(np.ascontiguousarray(weight.value.transpose(permutation)))
         else:
             weight = _transform(weight, "OIHW", self.kernel_layout)
         new_attrs = dataclasses.replace(attrs, data_layout=self.layout, kernel_layout=self.kernel_layout)

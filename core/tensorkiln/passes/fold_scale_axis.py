@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import Call, Constant, Expr, Module, count_users, get_op, post_order
+from ..graph import Call, Constant, Expr, Module, count_users, get_op, owned_constant, post_order
 from ..graph.registry import Op
 from ..graph.traversal import with_operands
 from ..graph.types import TensorType
@@ -126,7 +126,7 @@ def _scale_weight(anchor: Call, vector: np.ndarray) -> Call:
         scaled = weight * vector.reshape(shape)
     else:
         scaled = (weight.astype(np.float64) * vector.astype(np.float64).reshape(shape)).astype(weight.dtype)
-    return Call(anchor.op, (anchor.args[0], Constant(scaled)), anchor.attrs, anchor.span)
+    return Call(anchor.op, (anchor.args[0], owned_constant(scaled)), anchor.attrs, anchor.span)
 
 
 def _bias_add(anchor: Call, bias: np.ndarray) -> Call:

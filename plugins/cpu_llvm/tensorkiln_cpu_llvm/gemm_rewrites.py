@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tensorkiln.graph import Call, Constant, Module, call, get_op, rewrite
+from tensorkiln.graph import Call, Constant, Module, call, get_op, owned_constant, rewrite
 from tensorkiln.graph.registry import OpPattern
 
 __all__ = ["conv1x1_as_matmul", "flatten_matmul", "MIN_GROUP_CHANNELS"]
@@ -194,7 +194,7 @@ def conv1x1_as_matmul(mod: Module, target=None) -> Module:
         if node.attrs.data_layout == "NCHW":
             _, channels, height, width = _shape(data)
             rows = (channels,) if matrix.ndim == 2 else (matrix.shape[0], channels // matrix.shape[0])
-            gemm = call("nn.matmul", Constant(np.ascontiguousarray(matrix)),
+            gemm = call("nn.matmul", owned_constant(np.ascontiguousarray(matrix)),
                         call("reshape", data, newshape=(*rows, height * width)))
             view = View("channels_first", out_shape, _shape(gemm))
         else:
@@ -202,7 +202,7 @@ def conv1x1_as_matmul(mod: Module, target=None) -> Module:
             if matrix.shape[0] % (cpu_facts(target).vector_bits // 32) == 0:
                 return None   # the NHWC register tile is as fast (0.93-1.18x the GEMM's time) and keeps its bits
             gemm = call("nn.matmul", call("reshape", data, newshape=(height * width, channels)),
-                        Constant(np.ascontiguousarray(matrix.T)))
+                        owned_constant(np.ascontiguousarray(matrix.T)))
             view = View("leading", out_shape, _shape(gemm))
         return (gemm, view) if gemm_applies(gemm, target) is True else None
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tensorkiln.graph import Call, Constant, Module, call, rewrite
+from tensorkiln.graph import Call, Constant, Module, call, owned_constant, rewrite
 from tensorkiln.passes import get_pass, register_pass
 
 from . import gemm_rewrites
@@ -32,7 +32,7 @@ def transpose_dense_weights(mod: Module, target=None) -> Module:
         data, weight = node.args
         if not isinstance(weight, Constant) or target is None or gemm_applies(node, target) is not True:
             return None
-        transposed = Constant(np.ascontiguousarray(weight.value.T))
+        transposed = owned_constant(np.ascontiguousarray(weight.value.T))
         return call("nn.matmul", data, transposed)
     return rewrite(mod, visit)
 
