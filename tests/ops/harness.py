@@ -17,7 +17,7 @@ from tensorkiln.graph.types import TensorType
 from tensorkiln.ir.dtypes import from_numpy, to_numpy
 from tensorkiln.ops import naive_schedule
 
-__all__ = ["run_op", "run_schedule", "assert_matches", "LLVM"]
+__all__ = ["run_op", "run_schedule", "assert_matches", "static_work", "LLVM"]
 
 
 LLVM = tk.target("llvm")
@@ -57,3 +57,26 @@ def assert_matches(op, actual: list[np.ndarray], arrays: list[np.ndarray], attrs
         scale = 10 * rtol if want.dtype == np.float16 else atol
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=max(rtol, 1e-6),
                                    atol=scale, equal_nan=True, err_msg=f"{op.name}")
+
+
+def static_work(inputs: list, outputs: list) -> int:
+    """Store executions of the outputs' naive-scheduled kernel if every loop ran in full and every branch
+    were taken (static extents); stores of a constant (a reduction's initial value) are no work."""
+    func = tk.lower(naive_schedule(outputs), [*inputs, *outputs])
+    total = 0
+
+    class Count(tir.StmtExprVisitor):
+        def __init__(self):
+            self.extent = 1
+
+        def visit_For(self, s):
+            outer, self.extent = self.extent, self.extent * s.extent.value
+            self.visit_stmt(s.body)
+            self.extent = outer
+
+        def visit_Store(self, s):
+            nonlocal total
+            if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
+                total += self.extent
+    Count().visit_stmt(func.body)
+    return total

@@ -23,7 +23,7 @@ import tensorkiln.ops.sort as sort
 from tensorkiln.ops.sort import HEAP_ARITY, topk, topk_network
 from tensorkiln.tir.visit import post_order_visit
 
-from .harness import run_op
+from .harness import run_op, static_work
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "int8", "uint8"]
 
@@ -125,25 +125,7 @@ def _work(compute, n: int, k: int) -> int:
     """Store executions of the lowered kernel if every loop ran in full and every branch were taken."""
     x = te.placeholder((n,), "float32", name="x")
     attrs = TopKAttrs(k=k, axis=0)
-    outputs = compute([x], attrs, get_op("topk").type_rule((TensorType((n,), "float32"),), attrs))
-    func = tk.lower(naive_schedule(outputs), [x, *outputs])
-    total = 0
-
-    class Count(tir.StmtExprVisitor):
-        def __init__(self):
-            self.extent = 1
-
-        def visit_For(self, s):
-            outer, self.extent = self.extent, self.extent * s.extent.value
-            self.visit_stmt(s.body)
-            self.extent = outer
-
-        def visit_Store(self, s):
-            nonlocal total
-            if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
-                total += self.extent
-    Count().visit_stmt(func.body)
-    return total
+    return static_work([x], compute([x], attrs, get_op("topk").type_rule((TensorType((n,), "float32"),), attrs)))
 
 
 @pytest.mark.parametrize("k", [1, 8, 1 << 12])

@@ -77,17 +77,22 @@ def test_if_branches_without_kernels_return_an_input_or_a_constant():
     _check(m, [{"c": np.array(True), "x": x}, {"c": np.array(False), "x": x}], [PlanEntryIf])
 
 
-def _counting_loop(trip: int):
-    """y += x * i for i < trip (a static trip count), each y a scan output, cond passed through."""
+def _scanning_loop(trip: int, step_nodes: list, scan_op: str):
+    """A Loop of `trip` (static) iterations over x, y0: xi = x * i, then `step_nodes` turn y_in and xi into
+    y_out, carried; scan_op(y_out) is each iteration's scan output; cond passes through."""
     body = h.make_graph([
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
-        h.make_node("Add", ["y_in", "xi"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
-        h.make_node("Sigmoid", ["y_out"], ["scan"]),
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]), *step_nodes,
+        h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node(scan_op, ["y_out"], ["scan"]),
     ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
         [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
     nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
              h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
     return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
+
+
+def _counting_loop(trip: int):
+    """y += x * i for i < trip (a static trip count), each y a scan output, cond passed through."""
+    return _scanning_loop(trip, [h.make_node("Add", ["y_in", "xi"], ["y_out"])], "Sigmoid")
 
 
 def test_loop_with_a_static_trip_count_carried_values_and_scan_outputs():
@@ -229,17 +234,10 @@ def _if_in_loop(trip: int):
     then = _branch("then", [h.make_node("Add", ["y_in", "xi"], ["t"])], "t", (2, 3))
     other = _branch("else", [h.make_node("Sub", ["y_in", "xi"], ["e"]), h.make_node("Mul", ["e", "x"], ["e2"])],
                     "e2", (2, 3))
-    body = h.make_graph([
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]),
+    return _scanning_loop(trip, [
         const_node("two", np.int64(2)), h.make_node("Mod", ["i", "two"], ["m"]),
         const_node("zero", np.int64(0)), h.make_node("Equal", ["m", "zero"], ["even"]),
-        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other),
-        h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node("Tanh", ["y_out"], ["scan"]),
-    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
-        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
-    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
-             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
-    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
+        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other)], "Tanh")
 
 
 def test_if_inside_a_loop_runs_as_one_native_call():

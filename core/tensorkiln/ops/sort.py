@@ -48,6 +48,7 @@ Its work is O(N log^2 K), O(n log^2 n) for a full sort; padding goes after every
 """
 from __future__ import annotations
 
+import abc
 import math
 
 from .. import te
@@ -194,7 +195,7 @@ def _depth(slot: int, arity: int) -> int:
     return depth
 
 
-class _Rows:
+class _Rows(abc.ABC):
     """An extern body that handles each row (every axis but `axis`) of x on its own, the rows a
     PARALLEL loop: `_row` builds one row's statements, addressing it through `_x_slot` / `_slot`."""
 
@@ -221,8 +222,9 @@ class _Rows:
             self._row(ib)
         return ib.get()
 
+    @abc.abstractmethod
     def _row(self, ib: te.IRBuilder) -> None:
-        raise NotImplementedError
+        """Emit one row's algorithm (`_HeapRows`, `_MergeRows`) at x_base / out_base."""
 
     def _x_slot(self, position) -> n.PrimExpr:
         return self.x_base + (position if self.inner == 1 else position * self.inner)
@@ -387,12 +389,8 @@ class _HeapRows(_Rows):
                     parent_value = ib.let("parent_value", self.values[self._slot(parent)])
                     parent_index = ib.let("parent_index", self.indices[self._slot(parent)])
                     # the worse element must sit above: a parent that goes before the new one moves down
-                    with ib.if_scope(self._before(parent_value, parent_index, value, index)):
-                        self.values[self._slot(at)] = parent_value
-                        self.indices[self._slot(at)] = parent_index
-                        hole[0] = parent
-                    with ib.else_scope():
-                        hole[0] = -1 - at
+                    self._step(ib, self._before(parent_value, parent_index, value, index), at, parent,
+                               parent_value, parent_index)
         self._put(value, index)
 
     def _sift_down(self, ib: te.IRBuilder, value, index, count) -> None:
@@ -406,13 +404,19 @@ class _HeapRows(_Rows):
                 left = ib.let("first", at * self.arity + 1)
                 with ib.if_scope(n.And(at >= 0, left < count)):
                     child, child_value, child_index = self._worse_child(ib, left, count)
-                    with ib.if_scope(self._before(value, index, child_value, child_index)):
-                        self.values[self._slot(at)] = child_value
-                        self.indices[self._slot(at)] = child_index
-                        hole[0] = child
-                    with ib.else_scope():
-                        hole[0] = -1 - at
+                    self._step(ib, self._before(value, index, child_value, child_index), at, child,
+                               child_value, child_index)
         self._put(value, index)
+
+    def _step(self, ib: te.IRBuilder, moves, at, other, other_value, other_index) -> None:
+        """One sift step: when `moves`, the element at slot `other` moves into the hole at `at` and the
+        hole goes to `other`; else the sift is over (the hole is marked done: -1 - at)."""
+        with ib.if_scope(moves):
+            self.values[self._slot(at)] = other_value
+            self.indices[self._slot(at)] = other_index
+            self.hole[0] = other
+        with ib.else_scope():
+            self.hole[0] = -1 - at
 
     def _sink_hole(self, ib: te.IRBuilder, count) -> None:
         """Move the hole at the root of the heap of slots [0, count) down to a leaf, its worse child

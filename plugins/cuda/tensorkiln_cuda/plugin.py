@@ -33,22 +33,10 @@ def tensorkiln_intrinsics(target):
     return cuda_intrinsics(target)
 
 
-SERIAL_TOPK_MAX_ELEMENTS = 4096
-"""topk is a serial heap per row (core ops/sort.py, an extern stage) and the GPU library gives each
-row a thread of its own (tensorkiln.sdk.schedules.gpu); past this many elements in a row the CPU is faster."""
-
-
-def _topk_runs_well(call):
-    shape = call.args[0].checked_type.shape
-    row = int(shape[call.attrs.axis % len(shape)]) if shape else 1
-    if row > SERIAL_TOPK_MAX_ELEMENTS:
-        return f"serial_on_one_thread:{row}_elements_per_row>{SERIAL_TOPK_MAX_ELEMENTS}"
-    return True
-
-
 @hookimpl
 def tensorkiln_supported_ops(target):
     """Ops the manifest claims ("*") that this plugin sends elsewhere, with the reason."""
     if not _ours(target):
         return {}
-    return {"topk": _topk_runs_well, **c_source_op_limits()}
+    from tensorkiln.sdk.schedules.gpu import gpu_op_limits
+    return {**gpu_op_limits("thread"), **c_source_op_limits()}

@@ -30,22 +30,10 @@ def tensorkiln_strategies(target):
     return gpu_strategies(target, prefix="opencl")
 
 
-SERIAL_TOPK_MAX_ELEMENTS = 4096
-"""topk is a serial heap per row (core ops/sort.py, an extern stage) and the GPU library gives each
-row a work-item of its own (sdk/schedules/gpu.py); past this many elements in a row the CPU is faster."""
-
-
-def _topk_runs_well(call):
-    shape = call.args[0].checked_type.shape
-    row = int(shape[call.attrs.axis % len(shape)]) if shape else 1
-    if row > SERIAL_TOPK_MAX_ELEMENTS:
-        return f"serial_on_one_work_item:{row}_elements_per_row>{SERIAL_TOPK_MAX_ELEMENTS}"
-    return True
-
-
 @hookimpl
 def tensorkiln_supported_ops(target):
     """Ops the manifest claims ("*") that this plugin sends elsewhere for a reason of their shape."""
     if not _ours(target):
         return {}
-    return {"topk": _topk_runs_well, **c_source_op_limits()}
+    from tensorkiln.sdk.schedules.gpu import gpu_op_limits
+    return {**gpu_op_limits("work_item"), **c_source_op_limits()}

@@ -42,7 +42,8 @@ from .common import as_outputs, divisor_at_most, extent_of, fuse_all, resolve_ta
 from .fused import find_anchor
 from .gpu_reduce import cross_thread_rows
 
-__all__ = ["schedule_gpu", "has_threads", "threads_per_block", "gpu_strategies", "MATMUL_TILE"]
+__all__ = ["schedule_gpu", "has_threads", "threads_per_block", "gpu_strategies", "gpu_op_limits", "MATMUL_TILE",
+           "SERIAL_TOPK_MAX_ELEMENTS"]
 
 DEFAULT_BLOCK = 256
 MATMUL_TILE = 8
@@ -447,3 +448,21 @@ def gpu_strategies(target, prefix: str = "gpu", priority: int = 0) -> list:
         return []
     keys = (*tags.ANCHOR_TAGS, INJECTIVE)
     return [OpImplementation(f"{prefix}.{key}", (key,), _schedule, space=_space, priority=priority) for key in keys]
+
+
+SERIAL_TOPK_MAX_ELEMENTS = 4096
+"""topk is a serial heap per row (core ops/sort.py, an extern stage) and this library gives each row a
+thread of its own (bind_parallel_loops); past this many elements in a row the CPU is faster."""
+
+
+def gpu_op_limits(thread_word: str = "thread") -> dict:
+    """Ops this library runs poorly at some shapes, as `tensorkiln_supported_ops` predicates (op -> call ->
+    True or a reason); `thread_word` names a thread in the reason ("thread", "work_item"). A GPU plugin
+    using `gpu_strategies` merges them into its own."""
+    def topk_runs_well(call):
+        shape = call.args[0].checked_type.shape
+        row = int(shape[call.attrs.axis % len(shape)]) if shape else 1
+        if row > SERIAL_TOPK_MAX_ELEMENTS:
+            return f"serial_on_one_{thread_word}:{row}_elements_per_row>{SERIAL_TOPK_MAX_ELEMENTS}"
+        return True
+    return {"topk": topk_runs_well}
