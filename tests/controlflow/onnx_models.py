@@ -24,6 +24,49 @@ def const_node(name: str, value: np.ndarray):
     return h.make_node("Constant", [], [name], value=onnx.numpy_helper.from_array(np.asarray(value), name))
 
 
+def branch(name: str, nodes, out: str, shape):
+    """An If branch: a graph of `nodes` with no inputs (it reads the outer scope) and one output."""
+    return h.make_graph(nodes, name, [], [tensor(out, shape)])
+
+
+def if_model(after: str | None = None) -> onnx.ModelProto:
+    """y = If(sum(x) > 0) then relu(x) + w else x * w, the branches reading x and w = exp(x) (outer scope);
+    with `after`, the model's output is after(y) (an op applied past the If)."""
+    then = branch("then", [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "w"], ["t"])], "t", (3, 4))
+    other = branch("else", [h.make_node("Mul", ["x", "w"], ["e"])], "e", (3, 4))
+    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), const_node("zero", np.float32(0)),
+             h.make_node("Greater", ["s", "zero"], ["c"]), h.make_node("Exp", ["x"], ["w"]),
+             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
+    if after:
+        nodes.append(h.make_node(after, ["y"], ["z"]))
+    return model(nodes, [tensor("x", (3, 4))], [tensor("z" if after else "y", (3, 4))])
+
+
+def scanning_loop(trip: int, step_nodes, scan_op: str) -> onnx.ModelProto:
+    """A Loop of `trip` (static) iterations over x, y0: xi = x * i, then `step_nodes` turn y_in and xi into
+    y_out, carried; scan_op(y_out) is each iteration's scan output; cond passes through."""
+    body = h.make_graph([
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]), *step_nodes,
+        h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node(scan_op, ["y_out"], ["scan"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
+    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
+             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
+    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
+
+
+def if_in_loop(trip: int) -> onnx.ModelProto:
+    """Loop over i < trip carrying y: y = If(i even) then y + x*i else (y - x*i) * x; each tanh(y) a scan
+    output. The If reads x from the main graph (two scopes up) and y_in, xi from the body."""
+    then = branch("then", [h.make_node("Add", ["y_in", "xi"], ["t"])], "t", (2, 3))
+    other = branch("else", [h.make_node("Sub", ["y_in", "xi"], ["e"]), h.make_node("Mul", ["e", "x"], ["e2"])],
+                   "e2", (2, 3))
+    return scanning_loop(trip, [
+        const_node("two", np.int64(2)), h.make_node("Mod", ["i", "two"], ["m"]),
+        const_node("zero", np.int64(0)), h.make_node("Equal", ["m", "zero"], ["even"]),
+        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other)], "Tanh")
+
+
 def recurrent_model(kind: str, steps: int, batch: int, inputs: int, hidden: int, *, direction="forward",
                     layout=0, with_lengths=False, with_initial=False, peepholes=False, seed=0, **attrs):
     """X (and optionally sequence_lens, initial_h/c) as graph inputs, W, R, B as initializers."""

@@ -13,7 +13,7 @@ from tensorkiln import graph
 from tensorkiln.frontend import from_onnx
 from tensorkiln.ir.errors import RuntimeLaunchError, ShapeError
 
-from .onnx_models import const_node, model, tensor
+from .onnx_models import branch, const_node, if_in_loop, if_model, model, tensor
 
 RNG = np.random.default_rng(0)
 
@@ -35,23 +35,8 @@ def _check(m, feeds_list, lib=None):
     return lib
 
 
-def _branch(name, nodes, out, shape):
-    return h.make_graph(nodes, name, [], [tensor(out, shape)])
-
-
-def _if_model():
-    """y = If(sum(x) > 0) then relu(x) + w else x * w, where the branches read x and w (outer scope)."""
-    then = _branch("then", [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "w"], ["t"])], "t", (3, 4))
-    other = _branch("else", [h.make_node("Mul", ["x", "w"], ["e"])], "e", (3, 4))
-    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), const_node("zero", np.float32(0)),
-             h.make_node("Greater", ["s", "zero"], ["c"]),
-             h.make_node("Exp", ["x"], ["w"]),
-             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
-    return model(nodes, [tensor("x", (3, 4))], [tensor("y", (3, 4))])
-
-
 def test_if_chooses_the_branch_at_run_time_with_outer_scope_values():
-    m = _if_model()
+    m = if_model()
     positive = np.abs(RNG.standard_normal((3, 4))).astype(np.float32)
     lib = _check(m, [{"x": positive}, {"x": -positive}])
     assert [step.ops for step in lib.plan.steps if "if" in step.ops] == [("if",)]
@@ -61,8 +46,8 @@ def test_if_chooses_the_branch_at_run_time_with_outer_scope_values():
 
 
 def test_if_with_a_constant_condition_is_folded_at_import():
-    then = _branch("then", [h.make_node("Neg", ["x"], ["t"])], "t", (2,))
-    other = _branch("else", [h.make_node("Abs", ["x"], ["e"])], "e", (2,))
+    then = branch("then", [h.make_node("Neg", ["x"], ["t"])], "t", (2,))
+    other = branch("else", [h.make_node("Abs", ["x"], ["e"])], "e", (2,))
     for flag in (True, False):
         m = model([const_node("c", np.array(flag)), h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
                   [tensor("x", (2,))], [tensor("y", (2,))])
@@ -86,37 +71,16 @@ def test_if_whose_condition_folds_in_the_graph_passes_compiles_only_the_branch_t
 
 
 def test_if_branches_of_different_shapes_are_refused_with_a_clear_error():
-    then = _branch("then", [h.make_node("Identity", ["x"], ["t"])], "t", (2,))
-    other = _branch("else", [h.make_node("Concat", ["x", "x"], ["e"], axis=0)], "e", (4,))
+    then = branch("then", [h.make_node("Identity", ["x"], ["t"])], "t", (2,))
+    other = branch("else", [h.make_node("Concat", ["x", "x"], ["e"], axis=0)], "e", (4,))
     nodes = [h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)]
     m = model(nodes, [tensor("c", (), T.BOOL), tensor("x", (2,))], [h.make_tensor_value_info("y", T.FLOAT, ["n"])])
     with pytest.raises(ShapeError, match="branches return different types"):
         from_onnx(m)
 
 
-def _nested_loop_model(trip: int):
-    """Loop over i < trip carrying y: y = If(i even) then y + x*i else y - x*i; each y is a scan output.
-    The If inside the Loop reads x from the main graph (two scopes up) and y_in, xi from the body."""
-    then = _branch("then", [h.make_node("Add", ["y_in", "xi"], ["t"])], "t", (2, 3))
-    other = _branch("else", [h.make_node("Sub", ["y_in", "xi"], ["e"]), h.make_node("Mul", ["e", "x"], ["e2"])],
-                    "e2", (2, 3))
-    body = h.make_graph([
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT),
-        h.make_node("Mul", ["x", "fi"], ["xi"]),
-        const_node("two", np.int64(2)), h.make_node("Mod", ["i", "two"], ["m"]),
-        const_node("zero", np.int64(0)), h.make_node("Equal", ["m", "zero"], ["even"]),
-        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other),
-        h.make_node("Identity", ["cond"], ["cond_out"]),
-        h.make_node("Tanh", ["y_out"], ["scan"]),
-    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
-        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
-    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
-             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
-    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
-
-
 def test_nested_if_inside_loop_with_outer_scope_capture():
-    m = _nested_loop_model(5)
+    m = if_in_loop(5)
     feeds = [{"x": RNG.standard_normal((2, 3)).astype(np.float32), "y0": RNG.standard_normal((2, 3)).astype(np.float32)}
              for _ in range(2)]
     lib = _check(m, feeds)
@@ -184,20 +148,20 @@ def test_loop_body_type_change_is_refused():
 
 
 def test_control_flow_models_cannot_be_exported_yet(tmp_path):
-    lib = tk.compile(from_onnx(_if_model()), "cpu_llvm")
+    lib = tk.compile(from_onnx(if_model()), "cpu_llvm")
     with pytest.raises(tk.ir.errors.ArtifactError, match="control flow"):
         lib.export(tmp_path / "model.tkpkg")
 
 
 def test_bodies_print_nested_in_the_text_form():
-    text = str(from_onnx(_nested_loop_model(3)))
+    text = str(from_onnx(if_in_loop(3)))
     assert "loop(3i64, True, %y0, %x, body=fn (%i: int64()" in text
     assert "then_branch=fn (%y_in: float32(2, 3)" in text and "else_branch=fn (" in text
 
 
 def test_control_flow_runs_from_several_threads_and_without_optimizations():
     from concurrent.futures import ThreadPoolExecutor
-    m = _nested_loop_model(4)
+    m = if_in_loop(4)
     session = ort.InferenceSession(m.SerializeToString())
     lib = tk.compile(from_onnx(m), "cpu_llvm", opt_level=0)
     feeds = [{"x": RNG.standard_normal((2, 3)).astype(np.float32), "y0": RNG.standard_normal((2, 3)).astype(np.float32)}
@@ -213,7 +177,7 @@ def test_control_flow_on_a_device_target_with_its_own_memory():
     from tensorkiln.sdk.plugin_manager import registry
     if "opencl" not in registry().names() or not registry().targets["opencl"].is_available:
         pytest.skip("the opencl plugin or an OpenCL device is not available")
-    m = _nested_loop_model(3)
+    m = if_in_loop(3)
     feeds = {"x": RNG.standard_normal((2, 3)).astype(np.float32), "y0": RNG.standard_normal((2, 3)).astype(np.float32)}
     got = tk.compile(from_onnx(m), "opencl").run(feeds)
     for g, w in zip(got, ort.InferenceSession(m.SerializeToString()).run(None, feeds)):

@@ -18,7 +18,7 @@ from tensorkiln.ir.errors import RuntimeLaunchError
 from tensorkiln.runtime.native_entry import NATIVE_EXECUTOR
 from tensorkiln.sdk.plan_entry import PlanEntryIf, PlanEntryLoop, PlanEntryScan
 
-from ..controlflow.onnx_models import const_node, model, tensor
+from ..controlflow.onnx_models import branch, const_node, if_in_loop, if_model, model, scanning_loop, tensor
 
 RNG = np.random.default_rng(11)
 
@@ -53,46 +53,24 @@ def _check(m, feeds_list, kinds=None):
     return lib
 
 
-def _branch(name, nodes, out, shape):
-    return h.make_graph(nodes, name, [], [tensor(out, shape)])
-
-
 def test_if_with_a_run_time_condition_and_outer_scope_values_runs_in_the_entry():
-    then = _branch("then", [h.make_node("Relu", ["x"], ["r"]), h.make_node("Add", ["r", "w"], ["t"])], "t", (3, 4))
-    other = _branch("else", [h.make_node("Mul", ["x", "w"], ["e"])], "e", (3, 4))
-    nodes = [h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), const_node("zero", np.float32(0)),
-             h.make_node("Greater", ["s", "zero"], ["c"]), h.make_node("Exp", ["x"], ["w"]),
-             h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other), h.make_node("Tanh", ["y"], ["z"])]
-    m = model(nodes, [tensor("x", (3, 4))], [tensor("z", (3, 4))])
+    m = if_model(after="Tanh")
     positive = np.abs(RNG.standard_normal((3, 4))).astype(np.float32)
     _check(m, [{"x": positive}, {"x": -positive}], [PlanEntryIf])
 
 
 def test_if_branches_without_kernels_return_an_input_or_a_constant():
-    then = _branch("then", [h.make_node("Identity", ["x"], ["t"])], "t", (4,))
-    other = _branch("else", [const_node("k", np.arange(4, dtype=np.float32))], "k", (4,))
+    then = branch("then", [h.make_node("Identity", ["x"], ["t"])], "t", (4,))
+    other = branch("else", [const_node("k", np.arange(4, dtype=np.float32))], "k", (4,))
     m = model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other), h.make_node("Neg", ["y"], ["z"])],
               [tensor("c", (), T.BOOL), tensor("x", (4,))], [tensor("z", (4,))])
     x = RNG.standard_normal(4).astype(np.float32)
     _check(m, [{"c": np.array(True), "x": x}, {"c": np.array(False), "x": x}], [PlanEntryIf])
 
 
-def _scanning_loop(trip: int, step_nodes: list, scan_op: str):
-    """A Loop of `trip` (static) iterations over x, y0: xi = x * i, then `step_nodes` turn y_in and xi into
-    y_out, carried; scan_op(y_out) is each iteration's scan output; cond passes through."""
-    body = h.make_graph([
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Mul", ["x", "fi"], ["xi"]), *step_nodes,
-        h.make_node("Identity", ["cond"], ["cond_out"]), h.make_node(scan_op, ["y_out"], ["scan"]),
-    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2, 3))],
-        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2, 3)), tensor("scan", (2, 3))])
-    nodes = [const_node("M", np.int64(trip)), const_node("c", np.array(True)),
-             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
-    return model(nodes, [tensor("x", (2, 3)), tensor("y0", (2, 3))], [tensor("y", (2, 3)), tensor("s", (trip, 2, 3))])
-
-
 def _counting_loop(trip: int):
     """y += x * i for i < trip (a static trip count), each y a scan output, cond passed through."""
-    return _scanning_loop(trip, [h.make_node("Add", ["y_in", "xi"], ["y_out"])], "Sigmoid")
+    return scanning_loop(trip, [h.make_node("Add", ["y_in", "xi"], ["y_out"])], "Sigmoid")
 
 
 def test_loop_with_a_static_trip_count_carried_values_and_scan_outputs():
@@ -229,19 +207,9 @@ def test_a_body_whose_index_checks_its_entry_cannot_do_stays_in_python(monkeypat
         lib.run({**feeds, "idx": np.array([0, 3, 0, 0, 0], np.int64)})
 
 
-def _if_in_loop(trip: int):
-    """Loop carrying y: y = If(i even) then y + x*i else (y - x*i) * x; each y a scan output."""
-    then = _branch("then", [h.make_node("Add", ["y_in", "xi"], ["t"])], "t", (2, 3))
-    other = _branch("else", [h.make_node("Sub", ["y_in", "xi"], ["e"]), h.make_node("Mul", ["e", "x"], ["e2"])],
-                    "e2", (2, 3))
-    return _scanning_loop(trip, [
-        const_node("two", np.int64(2)), h.make_node("Mod", ["i", "two"], ["m"]),
-        const_node("zero", np.int64(0)), h.make_node("Equal", ["m", "zero"], ["even"]),
-        h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other)], "Tanh")
-
 
 def test_if_inside_a_loop_runs_as_one_native_call():
-    m = _if_in_loop(5)
+    m = if_in_loop(5)
     lib = _check(m, [_random(m, seed) for seed in range(2)], [PlanEntryLoop])
     (program,) = lib.host_programs.values()
     body_entry = program.bodies[0].executor.native_entry
@@ -256,9 +224,9 @@ def test_loop_inside_an_if_and_scan_inside_the_loop():
         h.make_node("Sin", ["summed"], ["y_out"]), h.make_node("Identity", ["cond"], ["cond_out"]),
     ], "loop_body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (3,))],
         [tensor("cond_out", (), T.BOOL), tensor("y_out", (3,))])
-    then = _branch("then", [const_node("M", np.int64(3)),
+    then = branch("then", [const_node("M", np.int64(3)),
                             h.make_node("Loop", ["M", "", "y0"], ["t"], body=loop_body)], "t", (3,))
-    other = _branch("else", [h.make_node("Neg", ["y0"], ["e"])], "e", (3,))
+    other = branch("else", [h.make_node("Neg", ["y0"], ["e"])], "e", (3,))
     m = model([h.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)],
               [tensor("c", (), T.BOOL), tensor("y0", (3,)), tensor("rows", (4, 3))], [tensor("y", (3,))])
     feeds = _random(m, 5)
@@ -295,7 +263,7 @@ def test_a_failing_body_kernel_is_named_through_the_step_and_iteration():
 
 def test_native_control_flow_from_several_threads():
     from concurrent.futures import ThreadPoolExecutor
-    m = _if_in_loop(4)
+    m = if_in_loop(4)
     lib = tk.compile(from_onnx(m), "cpu_llvm")
     assert lib.summary()["executor"] == NATIVE_EXECUTOR
     feeds = [_random(m, seed) for seed in range(8)]
