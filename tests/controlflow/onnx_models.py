@@ -67,6 +67,21 @@ def if_in_loop(trip: int) -> onnx.ModelProto:
         h.make_node("If", ["even"], ["y_out"], then_branch=then, else_branch=other)], "Tanh")
 
 
+
+def early_ending_loop() -> onnx.ModelProto:
+    """A Loop of at most 4 iterations carrying y0 unchanged and scanning it, that ends once i >= stop; its
+    scan output's length ("n") is the iterations run."""
+    body = h.make_graph([
+        h.make_node("Identity", ["y_in"], ["y_out"]), h.make_node("Identity", ["y_in"], ["scan"]),
+        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Less", ["fi", "stop"], ["cond_out"]),
+    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
+        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
+    nodes = [const_node("M", np.int64(4)), const_node("c", np.array(True)),
+             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
+    return model(nodes, [tensor("y0", (2,)), tensor("stop", ())],
+              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+
+
 def recurrent_model(kind: str, steps: int, batch: int, inputs: int, hidden: int, *, direction="forward",
                     layout=0, with_lengths=False, with_initial=False, peepholes=False, seed=0, **attrs):
     """X (and optionally sequence_lens, initial_h/c) as graph inputs, W, R, B as initializers."""

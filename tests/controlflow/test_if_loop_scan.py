@@ -13,7 +13,7 @@ from tensorkiln import graph
 from tensorkiln.frontend import from_onnx
 from tensorkiln.ir.errors import RuntimeLaunchError, ShapeError
 
-from .onnx_models import branch, const_node, if_in_loop, if_model, model, tensor
+from .onnx_models import branch, early_ending_loop, const_node, if_in_loop, if_model, model, tensor
 
 RNG = np.random.default_rng(0)
 
@@ -103,15 +103,7 @@ def test_loop_with_a_run_time_condition_and_no_trip_count():
 
 
 def test_loop_whose_condition_ends_it_early_cannot_have_static_scan_outputs():
-    body = h.make_graph([
-        h.make_node("Identity", ["y_in"], ["y_out"]), h.make_node("Identity", ["y_in"], ["scan"]),
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Less", ["fi", "stop"], ["cond_out"]),
-    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
-        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
-    nodes = [const_node("M", np.int64(4)), const_node("c", np.array(True)),
-             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
-    m = model(nodes, [tensor("y0", (2,)), tensor("stop", ())],
-              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+    m = early_ending_loop()
     lib = tk.compile(from_onnx(m), "cpu_llvm")
     y0 = np.ones(2, np.float32)
     got = lib.run({"y0": y0, "stop": np.array(10, np.float32)})   # runs all 4 iterations: static shapes hold

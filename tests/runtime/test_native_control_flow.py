@@ -18,7 +18,7 @@ from tensorkiln.ir.errors import RuntimeLaunchError
 from tensorkiln.runtime.native_entry import NATIVE_EXECUTOR
 from tensorkiln.sdk.plan_entry import PlanEntryIf, PlanEntryLoop, PlanEntryScan
 
-from ..controlflow.onnx_models import branch, const_node, if_in_loop, if_model, model, scanning_loop, tensor
+from ..controlflow.onnx_models import branch, early_ending_loop, const_node, if_in_loop, if_model, model, scanning_loop, tensor
 
 RNG = np.random.default_rng(11)
 
@@ -107,15 +107,7 @@ def test_while_loop_ended_by_a_condition_computed_in_the_body():
 
 
 def test_a_loop_that_ends_before_its_static_scan_length_fails_as_in_python():
-    body = h.make_graph([
-        h.make_node("Identity", ["y_in"], ["y_out"]), h.make_node("Identity", ["y_in"], ["scan"]),
-        h.make_node("Cast", ["i"], ["fi"], to=T.FLOAT), h.make_node("Less", ["fi", "stop"], ["cond_out"]),
-    ], "body", [tensor("i", (), T.INT64), tensor("cond", (), T.BOOL), tensor("y_in", (2,))],
-        [tensor("cond_out", (), T.BOOL), tensor("y_out", (2,)), tensor("scan", (2,))])
-    nodes = [const_node("M", np.int64(4)), const_node("c", np.array(True)),
-             h.make_node("Loop", ["M", "c", "y0"], ["y", "s"], body=body)]
-    m = model(nodes, [tensor("y0", (2,)), tensor("stop", ())],
-              [tensor("y", (2,)), h.make_tensor_value_info("s", T.FLOAT, ["n", 2])])
+    m = early_ending_loop()
     lib = tk.compile(from_onnx(m), "cpu_llvm")
     assert lib.summary()["executor"] == NATIVE_EXECUTOR
     y0 = np.ones(2, np.float32)
@@ -164,19 +156,29 @@ def test_scan_over_a_3d_input_along_its_middle_axis_with_a_captured_value():
     _check(m, [_random(m, 6)], [PlanEntryScan])
 
 
-def test_a_body_gathering_at_indices_it_is_given_checks_them_in_the_entry():
-    """Scan over rows of indices: the body's gather indices are its inputs; the entry checks them before the
-    kernel (generated code clamps them) and fails with the Python executor's words, naming the iteration."""
+def _gathering_scan():
+    """Scan over rows of indices accumulating table[idx]: the body's gather indices are its inputs."""
     body = h.make_graph([h.make_node("Gather", ["table", "idx_t"], ["row"], axis=0),
                          h.make_node("Add", ["acc_in", "row"], ["acc_out"])],
                         "body", [tensor("acc_in", (4,)), tensor("idx_t", (), T.INT64)], [tensor("acc_out", (4,))])
-    m = model([h.make_node("Scan", ["acc0", "idx"], ["acc"], body=body, num_scan_inputs=1)],
-              [tensor("acc0", (4,)), tensor("idx", (5,), T.INT64), tensor("table", (3, 4))], [tensor("acc", (4,))])
-    lib = tk.compile(from_onnx(m), "cpu_llvm")
-    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    return model([h.make_node("Scan", ["acc0", "idx"], ["acc"], body=body, num_scan_inputs=1)],
+                 [tensor("acc0", (4,)), tensor("idx", (5,), T.INT64), tensor("table", (3, 4))], [tensor("acc", (4,))])
+
+
+def _gathering_scan_feeds(lib) -> dict:
+    """Feeds with a negative (valid) index, checked against numpy before they are returned."""
     table = RNG.standard_normal((3, 4)).astype(np.float32)
     feeds = {"acc0": np.zeros(4, np.float32), "idx": np.array([0, 2, 2, -1, 1], np.int64), "table": table}
     np.testing.assert_allclose(lib.run(feeds)[0], table[[0, 2, 2, -1, 1]].sum(0), rtol=1e-6)
+    return feeds
+
+
+def test_a_body_gathering_at_indices_it_is_given_checks_them_in_the_entry():
+    """Scan over rows of indices: the body's gather indices are its inputs; the entry checks them before the
+    kernel (generated code clamps them) and fails with the Python executor's words, naming the iteration."""
+    lib = tk.compile(from_onnx(_gathering_scan()), "cpu_llvm")
+    assert lib.summary()["executor"] == NATIVE_EXECUTOR
+    feeds = _gathering_scan_feeds(lib)
     np.testing.assert_array_equal(lib.run(feeds)[0], lib.executor.run_with(feeds, native=False)[0])
     bad = {**feeds, "idx": np.array([0, 1, -4, 0, 0], np.int64)}
     with pytest.raises(RuntimeLaunchError) as python:
@@ -191,18 +193,11 @@ def test_a_body_whose_index_checks_its_entry_cannot_do_stays_in_python(monkeypat
     """A plugin whose entry checks no indices: the body needs Python's checks, so the scan runs in Python."""
     from tensorkiln_cpu_llvm.runtime import JITModule
     monkeypatch.setattr(JITModule, "plan_entry_index_checks", False)
-    body = h.make_graph([h.make_node("Gather", ["table", "idx_t"], ["row"], axis=0),
-                         h.make_node("Add", ["acc_in", "row"], ["acc_out"])],
-                        "body", [tensor("acc_in", (4,)), tensor("idx_t", (), T.INT64)], [tensor("acc_out", (4,))])
-    m = model([h.make_node("Scan", ["acc0", "idx"], ["acc"], body=body, num_scan_inputs=1)],
-              [tensor("acc0", (4,)), tensor("idx", (5,), T.INT64), tensor("table", (3, 4))], [tensor("acc", (4,))])
-    lib = tk.compile(from_onnx(m), "cpu_llvm")
+    lib = tk.compile(from_onnx(_gathering_scan()), "cpu_llvm")
     kind = lib.summary()["executor"]
     assert kind.startswith("python executor: every step is a control-flow step run in Python (control_scan_0: its "
                            "body is not one native call"), kind
-    table = RNG.standard_normal((3, 4)).astype(np.float32)
-    feeds = {"acc0": np.zeros(4, np.float32), "idx": np.array([0, 2, 2, -1, 1], np.int64), "table": table}
-    np.testing.assert_allclose(lib.run(feeds)[0], table[[0, 2, 2, -1, 1]].sum(0), rtol=1e-6)
+    feeds = _gathering_scan_feeds(lib)
     with pytest.raises(RuntimeLaunchError, match="index 3"):
         lib.run({**feeds, "idx": np.array([0, 3, 0, 0, 0], np.int64)})
 
