@@ -39,6 +39,7 @@ from ..ir.dtypes import from_numpy, to_numpy
 from ..ir.narrow_dtypes import format_of_numpy
 from ..ir.errors import RuntimeLaunchError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
+from ..sdk.host_arrays import aligned_copy
 from . import native_entry
 
 __all__ = ["GraphExecutor"]
@@ -157,10 +158,12 @@ class GraphExecutor:
         storages = {s.id: s for s in self.plan.storages}
         for value in self.plan.values:
             if value.kind == "constant":
-                # reshape: np.ascontiguousarray turns a 0-d array into shape (1,)
-                constant = np.ascontiguousarray(compiled.constants[value.id]).reshape(value.shape)
+                # 64-byte aligned: vector loads of a weight then never straddle cache lines (sdk/host_arrays.py)
+                constant = aligned_copy(compiled.constants[value.id]).reshape(value.shape)
                 constant.flags.writeable = False   # shared by every execution state
                 self.constants[value.id] = constant
+                if isinstance(compiled.constants, dict):   # one copy of the weights in memory, not two
+                    compiled.constants[value.id] = constant
             self.value_target[value.id] = None if value.kind in ("input", "constant") or value.storage < 0 \
                 else storages[value.storage].target
         self._constant_mirrors: dict[tuple[int, str], Any] = {}

@@ -167,15 +167,19 @@ class RuntimeLoader(abc.ABC):
     def load(self, artifact: Artifact, target: Any) -> LoadedModule: ...
 
     def empty(self, shape: tuple[int, ...], dtype: str, target: Any = None) -> Any:
-        """Allocate an uninitialised array on the device."""
-        import numpy as np
+        """Allocate an uninitialised array on the device (host memory: 64-byte aligned, sdk/host_arrays.py)."""
         from ..ir.dtypes import to_numpy
-        return np.empty(shape, dtype=to_numpy(dtype))
+        from .host_arrays import aligned_empty
+        return aligned_empty(shape, to_numpy(dtype))
 
     def to_device(self, array: Any, target: Any = None) -> Any:
-        """Copy a numpy array to a new device array."""
+        """Copy a numpy array to a new device array (host memory: 64-byte aligned)."""
         import numpy as np
-        return np.array(array, copy=True, order="C")
+        from .host_arrays import aligned_empty
+        array = np.asarray(array)
+        out = aligned_empty(array.shape, array.dtype)
+        out[...] = array
+        return out
 
     def availability_note(self) -> str:
         """One line on how this machine runs the target, shown by `tensorkiln targets` ("" = nothing to
