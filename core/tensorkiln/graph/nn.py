@@ -23,10 +23,12 @@ def _padding(value: int | Sequence[int]) -> tuple[int, int, int, int]:
     return value * 2 if len(value) == 2 else value  # type: ignore[return-value]
 
 
-def conv2d(data: Expr, weight: Expr, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1) -> Expr:
-    """NCHW x OIHW convolution; padding int, (h, w) or (top, left, bottom, right)."""
+def conv2d(data: Expr, weight: Expr, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), groups: int = 1,
+           data_layout: str = "NCHW", kernel_layout: str = "OIHW") -> Expr:
+    """NCHW x OIHW convolution (or NHWC data; HWIO, OHWI or blocked OHWI16o weights); padding int, (h, w)
+    or (top, left, bottom, right)."""
     return call("nn.conv2d", data, weight, strides=_pair(strides), padding=_padding(padding),
-                dilation=_pair(dilation), groups=groups)
+                dilation=_pair(dilation), groups=groups, data_layout=data_layout, kernel_layout=kernel_layout)
 
 
 def conv2d_transpose(data: Expr, weight: Expr, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),

@@ -169,8 +169,8 @@ def _conv1x1_weight(node) -> np.ndarray | None:
         if per_group < MIN_GROUP_CHANNELS or outputs // attrs.groups < MIN_GROUP_CHANNELS:
             return None
         return value.reshape(attrs.groups, outputs // attrs.groups, per_group)
-    spatial = {"OIHW": value.shape[2:], "HWIO": value.shape[:2], "OHWI": value.shape[1:3]}[attrs.kernel_layout]
-    if tuple(spatial) != (1, 1):
+    spatial = {"OIHW": value.shape[2:], "HWIO": value.shape[:2], "OHWI": value.shape[1:3]}.get(attrs.kernel_layout)
+    if spatial is None or tuple(spatial) != (1, 1):   # a blocked weight layout is already packed for its conv
         return None
     if attrs.kernel_layout == "OIHW":
         return value.reshape(value.shape[0], value.shape[1])

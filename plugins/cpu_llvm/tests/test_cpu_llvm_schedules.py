@@ -22,6 +22,7 @@ import tensorkiln as tk
 from tensorkiln import graph, te, tir
 from tensorkiln.compiler.strategy import implementations_for, schedule_for
 from tensorkiln.graph import get_op
+from tensorkiln.graph.ops.layout import layout_shape
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
 from tensorkiln.ir.dtypes import to_numpy
@@ -51,7 +52,8 @@ def _random(*shape):
 
 
 def _to_layout(array, logical, layout):
-    return np.ascontiguousarray(array.transpose([logical.index(axis) for axis in layout]))
+    """`array` (in `logical`) rearranged into `layout`, plain ("HWIO") or blocked ("OHWI16o")."""
+    return graph.transform_layout(array, logical, layout)
 
 
 # ---- a fused conv group: structure, and capabilities through the table ------------------------------
@@ -166,7 +168,7 @@ def _conv_epilogue_group(data_shape, weight_shape, keywords, attrs, residual: bo
 
 
 def _shape_in(shape, logical, layout):
-    return tuple(shape[logical.index(axis)] for axis in layout)
+    return layout_shape(dict(zip(logical, shape)), layout)
 
 
 @pytest.mark.parametrize("data_layout, kernel_layout", [("NHWC", "HWIO"), ("NHWC", "OHWI"), ("NHWC", "OIHW"),
@@ -189,6 +191,38 @@ def test_conv2d_in_every_layout_with_epilogue_matches_the_reference(data_layout,
         expected = expected + r
     (got,) = run_schedule(schedule_for([out], LLVM), inputs, [out], arrays, "llvm")
     np.testing.assert_allclose(got, _to_layout(expected, "NCHW", data_layout), rtol=1e-4, atol=1e-4)
+
+
+def _output_block(out_channels: int) -> int:
+    return next(block for block in (16, 8, 4, 2, 1) if out_channels % block == 0)
+
+
+@pytest.mark.parametrize("data_layout, blocked", [("NHWC", "OHWI{}o"), ("NHWC", "HWOI{}o"), ("NCHW", "OIHW{}o")])
+@pytest.mark.parametrize("data_shape, weight_shape, keywords", CONV_SHAPES, ids=[str(s[:2]) for s in CONV_SHAPES])
+def test_conv2d_with_a_blocked_weight_layout_matches_the_reference(data_layout, blocked, data_shape, weight_shape,
+                                                                   keywords):
+    """A weight packed in blocks of output channels (what cpu_llvm_pack_conv_weights makes): every conv kind,
+    the NHWC tile then keeping the block; the result is the plain conv's."""
+    kernel_layout = blocked.format(_output_block(weight_shape[0]))
+    attrs = Conv2DAttrs(**keywords, data_layout=data_layout, kernel_layout=kernel_layout)
+    inputs, out, conv = _conv_epilogue_group(data_shape, weight_shape, keywords, attrs, residual=False)
+    x, w, b = _random(*data_shape), _random(*weight_shape), _random(weight_shape[0])
+    arrays = [_to_layout(x, "NCHW", data_layout), _to_layout(w, "OIHW", kernel_layout), b]
+    assert get_op("nn.conv2d").type_rule((TensorType(arrays[0].shape, "float32"), TensorType(arrays[1].shape,
+                                                                                             "float32")),
+                                         attrs).shape == _shape_in(conv.shape, data_layout, data_layout)
+    expected = np.maximum(get_op("nn.conv2d").reference(x, w, Conv2DAttrs(**keywords)) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(get_op("nn.conv2d").reference(arrays[0], arrays[1], attrs),
+                               _to_layout(get_op("nn.conv2d").reference(x, w, Conv2DAttrs(**keywords)), "NCHW",
+                                          data_layout), rtol=1e-5, atol=1e-5)
+    (got,) = run_schedule(schedule_for([out], LLVM), inputs, [out], arrays, "llvm")
+    np.testing.assert_allclose(got, _to_layout(expected, "NCHW", data_layout), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["OHWI16", "OHWI16c", "NHWC8c", "OHWI0o", "OHW16o"])
+def test_conv2d_names_a_kernel_layout_it_cannot_read(layout):
+    with pytest.raises(graph.AttrsError, match=f"kernel_layout '{layout}' is not one of"):
+        Conv2DAttrs(data_layout="NHWC", kernel_layout=layout)
 
 
 @pytest.mark.parametrize("data_shape, weight_shape, keywords", CONV_SHAPES[:3],

@@ -20,7 +20,8 @@ from ..registry import OpPattern, register_op
 from ..types import TensorType
 from ._rules import shape_text, tensor_args
 
-__all__ = ["LayoutTransformAttrs", "parse_layout", "layout_shape", "transform_layout"]
+__all__ = ["LayoutTransformAttrs", "parse_layout", "layout_shape", "primal_sizes", "layout_index", "transform_layout",
+           "primal_axes"]
 
 _LAYOUT = re.compile(r"^([A-Z]|[0-9]+[a-z])+$")
 
@@ -41,6 +42,28 @@ def _primal(layout: str) -> str:
     return "".join(a for a, f in parse_layout(layout) if not f)
 
 
+def primal_axes(layout: str) -> str:
+    """The primal axes of `layout` in its order: "OHWI16o" -> "OHWI"."""
+    return _primal(layout)
+
+
+def layout_index(layout: str, primal: dict) -> tuple:
+    """The index into a tensor in `layout` of the element at primal indices `primal` ({"O": o, ...}):
+    a blocked axis splits into index // block (outer) and index % block (inner). Works on ints and
+    on te / tir expressions alike."""
+    axes = parse_layout(layout)
+    factors = {a.upper(): f for a, f in axes if f}
+    index = []
+    for axis, factor in axes:
+        if factor:
+            index.append(primal[axis.upper()] % factor)
+        elif axis in factors:
+            index.append(primal[axis] // factors[axis])
+        else:
+            index.append(primal[axis])
+    return tuple(index)
+
+
 def layout_shape(primal_shape: dict[str, int], layout: str) -> tuple[int, ...]:
     """The shape in `layout` of a tensor whose primal axis sizes are `primal_shape`."""
     axes = parse_layout(layout)
@@ -58,7 +81,8 @@ def layout_shape(primal_shape: dict[str, int], layout: str) -> tuple[int, ...]:
     return tuple(shape)
 
 
-def _primal_sizes(shape: tuple[int, ...], layout: str) -> dict[str, int]:
+def primal_sizes(shape: tuple[int, ...], layout: str) -> dict[str, int]:
+    """{primal axis: size} of a tensor of `shape` in `layout` ("OHWI16o", (4, 3, 3, 8, 16) -> O=64, ...)."""
     axes = parse_layout(layout)
     if len(axes) != len(shape):
         raise ShapeError(f"layout {layout!r} has {len(axes)} axes but the tensor {shape_text(shape)} has {len(shape)}")
@@ -74,7 +98,7 @@ def _primal_sizes(shape: tuple[int, ...], layout: str) -> dict[str, int]:
 def transform_layout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
     """numpy: `x` (in layout `src`) rearranged into layout `dst`."""
     src_axes, dst_axes = parse_layout(src), parse_layout(dst)
-    sizes = _primal_sizes(x.shape, src)
+    sizes = primal_sizes(x.shape, src)
     # src -> primal (in dst's primal order): put each block right after its outer axis, merge.
     src_letters = [a for a, _ in src_axes]
     primal_order = _primal(dst)
@@ -115,7 +139,7 @@ class LayoutTransformAttrs(Attrs):
 def _layout_transform_type(arg_types, attrs: LayoutTransformAttrs) -> TensorType:
     (data,) = tensor_args("layout_transform", arg_types)
     try:
-        sizes = _primal_sizes(data.shape, attrs.src_layout)
+        sizes = primal_sizes(data.shape, attrs.src_layout)
         return TensorType(layout_shape(sizes, attrs.dst_layout), data.dtype)
     except ShapeError as error:
         raise ShapeError(f"layout_transform: data {shape_text(data.shape)} from {attrs.src_layout} to "

@@ -12,6 +12,7 @@ from ...ir.errors import DTypeError, ShapeError
 from ..attrs import Attrs
 from ..registry import OpPattern, register_op
 from ..types import TensorType
+from .layout import parse_layout, primal_axes, primal_sizes, transform_layout
 from ._rules import broadcast_shape, normalize_axis, require_float, same_dtype, shape_text, tensor_args
 
 __all__ = ["Conv2DAttrs", "Conv2DTransposeAttrs", "DenseAttrs", "BatchNormAttrs", "BiasAddAttrs",
@@ -38,9 +39,24 @@ def _pair_check(attrs: Attrs, *names: str) -> None:
 
 # ---- conv2d ----------------------------------------------------------------------------
 
+KERNEL_LAYOUTS = ("OIHW", "HWIO", "OHWI")
+"""The plain weight layouts of nn.conv2d. A blocked one ("OHWI16o": O split into O/16 outer and 16
+inner, the inner last) is accepted too: a target packs constant weights into it for its kernels
+(cpu_llvm's NHWC convs stream one output-channel block contiguously), after every layout pass."""
+
+
+def is_blocked_kernel_layout(layout: str) -> bool:
+    """True for a layout string of the primal axes O, I, H, W with at least one block ("OHWI16o")."""
+    try:
+        axes = parse_layout(layout)
+    except ShapeError:
+        return False
+    return sorted(primal_axes(layout)) == sorted("OIHW") and any(factor for _, factor in axes)
+
+
 @dataclass(frozen=True, slots=True)
 class Conv2DAttrs(Attrs):
-    """NCHW (or NHWC) data, OIHW (or HWIO, OHWI) weight; padding is (top, left, bottom, right)."""
+    """NCHW (or NHWC) data, OIHW (or HWIO, OHWI, or blocked: OHWI16o) weight; padding is (top, left, bottom, right)."""
     strides: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -48,10 +64,13 @@ class Conv2DAttrs(Attrs):
     data_layout: str = "NCHW"
     kernel_layout: str = "OIHW"
     out_dtype: str = ""   # "int32": 8-bit integer inputs accumulate in int32 (as TVM's out_dtype); "" = the inputs'
-    _choices = {"data_layout": ("NCHW", "NHWC"), "kernel_layout": ("OIHW", "HWIO", "OHWI"), "out_dtype": ("", "int32")}
+    _choices = {"data_layout": ("NCHW", "NHWC"), "out_dtype": ("", "int32")}
 
     def _check(self) -> None:
         _pair_check(self, "strides", "dilation")
+        if self.kernel_layout not in KERNEL_LAYOUTS and not is_blocked_kernel_layout(self.kernel_layout):
+            self.fail(f"kernel_layout {self.kernel_layout!r} is not one of {KERNEL_LAYOUTS} nor a blocked layout "
+                      "of O, I, H, W such as 'OHWI16o'")
         if self.groups < 1:
             self.fail(f"groups must be positive, got {self.groups}")
         if any(p < 0 for p in self.padding):
@@ -75,6 +94,13 @@ def _window_out(op: str, size: int, kernel: int, stride: int, dilation: int, pad
 def _conv2d_type(arg_types, attrs: Conv2DAttrs) -> TensorType:
     """Other layouts are checked as their NCHW / OIHW permutation (the shape rules are the same)."""
     data, weight = tensor_args("nn.conv2d", arg_types)
+    if attrs.kernel_layout not in KERNEL_LAYOUTS:   # blocked: checked as its OIHW sizes
+        try:
+            sizes = primal_sizes(weight.shape, attrs.kernel_layout)
+        except ShapeError as error:
+            raise ShapeError(f"nn.conv2d: weight {shape_text(weight.shape)}: {error}") from None
+        weight = TensorType(tuple(sizes[axis] for axis in "OIHW"), weight.dtype)
+        attrs = dataclasses.replace(attrs, kernel_layout="OIHW")
     if (attrs.data_layout, attrs.kernel_layout) != ("NCHW", "OIHW") and data.ndim == 4 and weight.ndim == 4:
         data = TensorType(_permute(data.shape, attrs.data_layout, "NCHW"), data.dtype)
         weight = TensorType(_permute(weight.shape, attrs.kernel_layout, "OIHW"), weight.dtype)
@@ -143,7 +169,10 @@ def _conv2d_reference(data: np.ndarray, weight: np.ndarray, attrs: Conv2DAttrs) 
     if (attrs.data_layout, attrs.kernel_layout) == ("NCHW", "OIHW"):
         return _conv2d_reference_nchw(data, weight, attrs)
     data = data.transpose([attrs.data_layout.index(axis) for axis in "NCHW"])
-    weight = weight.transpose([attrs.kernel_layout.index(axis) for axis in "OIHW"])
+    if attrs.kernel_layout in KERNEL_LAYOUTS:
+        weight = weight.transpose([attrs.kernel_layout.index(axis) for axis in "OIHW"])
+    else:
+        weight = transform_layout(weight, attrs.kernel_layout, "OIHW")
     out = _conv2d_reference_nchw(data, weight, attrs)
     return np.ascontiguousarray(out.transpose(["NCHW".index(axis) for axis in attrs.data_layout]))
 

@@ -1,5 +1,5 @@
 """ops/nn/conv2d.py: conv2d in every layout nn.conv2d accepts (data NCHW or NHWC; weight
-OIHW, HWIO or OHWI), with strides, padding, dilation, groups and depthwise; and
+OIHW, HWIO, OHWI or blocked such as OHWI16o), with strides, padding, dilation, groups and depthwise; and
 conv2d_transpose (NCHW / IOHW).
 
     conv2d:  pad (tag "injective.pad", materialized by the schedule; for an NCHW conv with a
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from .. import tags
 from ... import te
+from ...graph.ops.layout import layout_index, primal_sizes
+from ...graph.ops.nn import KERNEL_LAYOUTS, is_blocked_kernel_layout
 from ...ir.errors import UnsupportedOpError
 from ...tir import nodes as n
 from .._common import accumulate_dtype, const_like, select
@@ -26,7 +28,6 @@ __all__ = ["pad_nchw", "pad_spatial", "conv2d_nchw", "conv2d_nhwc", "conv2d_layo
 
 PAD_TAG = "injective.pad"
 DATA_LAYOUTS = ("NCHW", "NHWC")
-KERNEL_LAYOUTS = ("OIHW", "HWIO", "OHWI")
 PHASE_MIN_OUTPUTS_PER_INPUT = 8
 """A strided NCHW conv reads its input split into column phases (one more pass over the input)
 when each input channel feeds at least this many output channels; a depthwise conv reads each
@@ -83,11 +84,19 @@ def _reader(tensor: te.Tensor, layout: str, logical: str):
     return lambda *index: tensor[tuple(index[p] for p in order)]
 
 
+def _weight_reader(weight: te.Tensor, kernel_layout: str):
+    """read(o, i, h, w) -> the weight element, in a plain or a blocked layout ("OHWI16o": weight[o // 16, h, w, i, o % 16])."""
+    if kernel_layout in KERNEL_LAYOUTS:
+        return _reader(weight, kernel_layout, "OIHW")
+    return lambda o, i, h, w: weight[layout_index(kernel_layout, {"O": o, "I": i, "H": h, "W": w})]
+
+
 def _check_layouts(data_layout: str, kernel_layout: str) -> None:
-    if data_layout not in DATA_LAYOUTS or kernel_layout not in KERNEL_LAYOUTS:
+    if data_layout not in DATA_LAYOUTS or (kernel_layout not in KERNEL_LAYOUTS
+                                           and not is_blocked_kernel_layout(kernel_layout)):
         raise UnsupportedOpError(
             f"nn.conv2d: data layout {data_layout!r} with kernel layout {kernel_layout!r} has no te compute; "
-            f"data must be one of {DATA_LAYOUTS} and the weight one of {KERNEL_LAYOUTS} "
+            f"data must be one of {DATA_LAYOUTS} and the weight one of {KERNEL_LAYOUTS} or blocked (OHWI16o) "
             "(insert a layout_transform before the conv)")
 
 
@@ -102,7 +111,7 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
     """
     _check_layouts(data_layout, kernel_layout)
     logical_data = dict(zip(data_layout, data.shape))
-    logical_weight = dict(zip(kernel_layout, weight.shape))
+    logical_weight = primal_sizes(tuple(int(d) for d in weight.shape), kernel_layout)
     batch, channels, height, width = (logical_data[a] for a in "NCHW")
     out_channels, group_channels, kernel_h, kernel_w = (logical_weight[a] for a in "OIHW")
     (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
@@ -116,7 +125,7 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
         phased = _split_width_phases(padded_tensor, stride_w)
     else:
         padded = _reader(padded_tensor, data_layout, "NCHW")
-    read_weight = _reader(weight, kernel_layout, "OIHW")
+    read_weight = _weight_reader(weight, kernel_layout)
     rc = te.reduce_axis((0, group_channels), name="rc")
     ry = te.reduce_axis((0, kernel_h), name="ry")
     rx = te.reduce_axis((0, kernel_w), name="rx")

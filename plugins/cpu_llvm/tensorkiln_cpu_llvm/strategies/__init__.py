@@ -27,10 +27,12 @@ from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
 from . import concat, depthwise, int8, ukernel
-from .anchors import ANCHOR_SCHEDULES
+from .anchors import ANCHOR_SCHEDULES, nhwc_tile
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
-__all__ = ["cpu_strategies", "ANCHOR_SCHEDULES"]
+__all__ = ["cpu_strategies", "ANCHOR_SCHEDULES", "conv_nhwc_tile"]
+
+DEFAULT_TILE_WIDTH = 14
 
 _KEEP_TAGS = ("injective.pad", PACK_TAG)
 
@@ -58,7 +60,13 @@ def _conv_nhwc_space(workload, target) -> TuningSpace:
     # the broadcast input (AVX-512: 24 of 32; AVX2: 12 of 16, as in the 6x16 GEMM micro-kernel)
     accumulators = facts.vector_registers * 3 // 4
     return TuningSpace((Knob("max_accumulators", _with_default((4, 8, 12, 16, 24), accumulators), accumulators),
-                        Knob("max_tile_width", (4, 7, 8, 14, 16), 14)))
+                        Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH)))
+
+
+def conv_nhwc_tile(out_width: int, out_channels: int, target) -> tuple[int, int]:
+    """(output positions, output channels) of the NHWC register tile with the default knobs."""
+    facts = cpu_facts(target)
+    return nhwc_tile(out_width, out_channels, _lanes(target), facts.vector_registers * 3 // 4, DEFAULT_TILE_WIDTH)
 
 
 def _conv_nchw_space(workload, target) -> TuningSpace:

@@ -28,12 +28,13 @@ strategies/__init__.py from the host's vector width and register count (host.py)
 from __future__ import annotations
 
 from tensorkiln import te
+from tensorkiln.graph import is_blocked_kernel_layout, parse_layout
 from tensorkiln.ops import tags
 from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach,
                                       schedule_injective_stage, schedule_reduce_stage, vector_lanes)
 from tensorkiln.sdk.schedules.common import PARALLEL_MIN_WORK
 
-__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
+__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "nhwc_tile", "packed_block", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
            "apply_reduce", "accumulator"]
 
 UNROLL_KERNEL_MAX = 3
@@ -92,8 +93,8 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
         stage.vectorize(x)
 
 
-def _nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: int,
-               max_width: int) -> tuple[int, int]:
+def nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: int,
+              max_width: int, channel_block: int | None = None) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile.
 
     Channels: one or two vectors when they divide the channels (else the largest divisor
@@ -102,7 +103,13 @@ def _nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: 
     no tile has a tail. Of the two, the tile with more accumulators wins (two vectors on a
     tie: each broadcast input then feeds two FMAs): a 13-wide output gets 13 x 1 vectors
     rather than 1 x 2, whose two accumulators would leave the FMA units waiting.
+
+    `channel_block` fixes the channels: a weight packed in blocks of that many output
+    channels (kernel layout OHWI{n}o, weight_packing.py) is read one block per tile.
     """
+    if channel_block is not None:
+        vectors = max(1, channel_block // lanes)
+        return divisor_at_most(out_width, min(max_width, max(1, max_accumulators // vectors))), channel_block
     if out_channels % lanes:
         block = divisor_at_most(out_channels, lanes)
         return divisor_at_most(out_width, min(max_width, max_accumulators)), block
@@ -114,6 +121,15 @@ def _nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: 
         best = max(best, (width * vectors, vectors, width))
     _, vectors, width = best
     return width, vectors * lanes
+
+
+def packed_block(anchor: te.Tensor) -> int | None:
+    """n of a conv whose weight is packed in blocks of n output channels, innermost (kernel layout "OHWI{n}o"), else None."""
+    layout = (anchor.op.attrs or {}).get("kernel_layout", "")
+    if not is_blocked_kernel_layout(layout):
+        return None
+    axis, factor = parse_layout(layout)[-1]
+    return factor if axis == "o" else None   # the block is read as one vector only when it is innermost
 
 
 def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
@@ -144,9 +160,9 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     _, _, out_width, out_channels = (int(d) for d in output.shape)
     per_group = out_channels // groups
     grouped = groups > 1 and per_group > 1
-    width_block, channel_block = _nhwc_tile(out_width, per_group if grouped else out_channels,
-                                            vector_lanes(target, acc.dtype), config["max_accumulators"],
-                                            config["max_tile_width"])
+    width_block, channel_block = nhwc_tile(out_width, per_group if grouped else out_channels,
+                                           vector_lanes(target, acc.dtype), config["max_accumulators"],
+                                           config["max_tile_width"], packed_block(anchor))
     if grouped:
         # Split by the group first: the input channel (o // per_group) * C/G + rc then
         # simplifies to group * C/G + rc, invariant over the vector of output channels.

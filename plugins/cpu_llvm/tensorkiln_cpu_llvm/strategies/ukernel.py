@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 from tensorkiln import te
+from tensorkiln.graph import is_blocked_kernel_layout
 from tensorkiln.ops import tags
 from tensorkiln.ops.nn._accumulate import multiply_sum
 from tensorkiln.ops.nn.conv2d import pad_spatial
@@ -191,6 +192,9 @@ def _conv_facts(call):
 
 def conv_applies(call, target):
     attrs = call.attrs
+    if attrs.data_layout == "NHWC" and is_blocked_kernel_layout(attrs.kernel_layout):
+        return (f"weight packed {attrs.kernel_layout} for the NHWC register tile (cpu_llvm_pack_conv_weights packs "
+                "only convs this kernel does not run)")
     if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO"):
         return f"layout {attrs.data_layout}/{attrs.kernel_layout}, not NHWC/HWIO"
     if attrs.groups != 1 or tuple(attrs.strides) != (1, 1):

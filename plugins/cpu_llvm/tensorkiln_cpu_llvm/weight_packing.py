@@ -1,0 +1,66 @@
+"""weight_packing.py: constant conv weights packed once, at compile time, for the NHWC register tile.
+
+The NHWC conv schedule (strategies/anchors.apply_conv2d_nhwc) reads, for each reduction
+step (ry, rx, c), one vector or two of a tile's n output channels. From an HWIO weight
+those n channels are n * 4 bytes out of a row of O * 4: a tile streams its weights as
+short pieces O * 4 bytes apart (2 KB for 512 channels), which the cache and the TLB
+serve badly, and with power-of-two O every piece maps to the same few L1 sets. Packed
+as OHWI{n}o (weight[o // n, ry, rx, c, o % n]), a tile's weights are one contiguous
+stream. Measured before this pass, on one AVX-512 core: a 14x14x256 -> 256 3x3 conv ran
+at 189 GFLOP/s, and the same conv with only 32 output channels (whose HWIO rows are
+already one block) at 234.
+
+`pack_conv_weights` rewrites every float32, groups-1 NHWC conv with a constant HWIO
+weight that the NHWC register tile runs, with n its default tile's channel block (one
+or two vectors); the schedule then keeps that block whatever the width knobs. Convs the
+micro-kernel runs (strategies/ukernel.conv_applies) keep HWIO, and so do tiles narrower
+than a vector (packing would not make their reads contiguous vectors).
+"""
+from __future__ import annotations
+
+from tensorkiln.graph import Call, Constant, Module, call, owned_constant, rewrite, transform_layout
+
+__all__ = ["pack_conv_weights", "packed_layout"]
+
+
+def packed_layout(node: Call, target) -> str | None:
+    """"OHWI{n}o" for a conv call the pass packs, else None."""
+    from .strategies import conv_nhwc_tile
+    from .strategies.ukernel import conv_applies
+    attrs = node.attrs
+    data, weight = node.args
+    if (attrs.data_layout, attrs.kernel_layout) != ("NHWC", "HWIO") or attrs.groups != 1 or attrs.out_dtype:
+        return None
+    if not isinstance(weight, Constant) or weight.value.dtype != "float32" or data.checked_type.dtype != "float32":
+        return None
+    if conv_applies(node, target) is True:
+        return None
+    out_width, out_channels = (int(d) for d in node.checked_type.shape[2:])
+    _, block = conv_nhwc_tile(out_width, out_channels, target)
+    if block < _vector_lanes(target) or out_channels % block:
+        return None
+    return f"OHWI{block}o"
+
+
+def _vector_lanes(target) -> int:
+    from .host import cpu_facts
+    return cpu_facts(target).vector_bits // 32
+
+
+def pack_conv_weights(mod: Module, target=None) -> Module:
+    """Rewrite NHWC convs with constant HWIO weights to their packed OHWI{n}o weights (module docstring)."""
+    if target is None:
+        return mod
+
+    def visit(node):
+        if not (isinstance(node, Call) and getattr(node.op, "name", "") == "nn.conv2d"):
+            return None
+        layout = packed_layout(node, target)
+        if layout is None:
+            return None
+        data, weight = node.args
+        packed = owned_constant(transform_layout(weight.value, "HWIO", layout))
+        attrs = {name: getattr(node.attrs, name) for name in ("strides", "padding", "dilation", "groups",
+                                                                "data_layout", "out_dtype")}
+        return call("nn.conv2d", data, packed, kernel_layout=layout, **attrs)
+    return rewrite(mod, visit)
