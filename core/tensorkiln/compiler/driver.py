@@ -20,6 +20,7 @@ from ..sdk.plugin_manager import registry
 from ..sdk.target import Target
 from .alias_steps import alias_group_calls
 from .control_flow import compile_control_steps, control_call, fold_constant_conditions
+from .gc_tuning import holding_gc
 from .memory_limit import check_planned_memory, check_tensor_sizes
 from .lower_groups import GroupKernel, group_name, lower_group
 from .schedule_plan import schedule_plan
@@ -100,6 +101,7 @@ def _lower_all(calls: list[Call], primary: Target, tuning_db=None, context: Pass
     return kernels, names
 
 
+@holding_gc
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
             context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None,
             memory_limit: int | None = None, tuning_db=None, zero_copy_reshape: bool = True):
