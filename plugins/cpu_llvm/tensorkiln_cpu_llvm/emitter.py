@@ -204,22 +204,25 @@ class LLVMEmitter(Emitter):
                         binary=binary, sources=dict(record["sources"]), metadata=dict(record["metadata"]))
 
     def _build_in_chunks(self, funcs, target, config: MachineConfig, machine, jobs: int):
-        """Optimise `jobs` chunks of the kernels in parallel (parallel_compile.py), then link them into one module.
+        """Optimise chunks of the kernels in `jobs` processes (parallel_compile.py), then link them into one module.
 
-        The first chunk, the parent's, holds the module's globals (thread count, metadata of every
-        kernel); the others declare the thread count and hold only their kernels. The workers' chunks
-        are written first, each sent to its worker once written, and the parent's while they run.
-        Returns the linked module, the unoptimized text, the first chunk's build and the merged
+        The last chunk holds the module's globals (thread count, metadata of every kernel); the
+        others declare the thread count and hold only their kernels. Each chunk goes to the first
+        free process as soon as it is written, and this process takes chunks too once all are written.
+        Returns the linked module, the unoptimized text, the last chunk's build and the merged
         object code (None: emit it from the linked module, no linker was found or the merge failed).
         """
         chunks = _split(funcs, chunk_sizes(len(funcs), jobs))
+        owner = len(chunks) - 1
         merge = object_linker() is not None
         built: list = [None] * len(chunks)
         texts: list = [None] * len(chunks)
 
         def chunk_job(index: int) -> ChunkJob:
+            # the owner is built last: the other chunks' libraries are known by then
+            others = [name for b in built[:index] for name in b.linker.libraries] if index == owner else ()
             built[index] = self._build_module(funcs, target, config, machine, kernels=chunks[index],
-                                              owns_globals=index == 0)
+                                              owns_globals=index == owner, libraries=others)
             texts[index] = _unoptimized_text(built[index].llvm_module)
             return ChunkJob(texts[index], tuple(built[index].linker.sources.items()), config.triple, config.cpu,
                             config.features, config.opt_level, emit_object=merge)
@@ -229,7 +232,7 @@ class LLVMEmitter(Emitter):
             return _parse(text, f"the module for {[f.name for f in chunks[index]]}")
 
         results = optimize_chunks([functools.partial(chunk_job, index) for index in range(len(chunks))],
-                                  link=self._link_intrinsics, parse=parse)
+                                  link=self._link_intrinsics, parse=parse, workers=jobs - 1)
         parsed = llvm.parse_bitcode(results[0].bitcode)
         for result in results[1:]:
             parsed.link_in(llvm.parse_bitcode(result.bitcode))
@@ -238,12 +241,13 @@ class LLVMEmitter(Emitter):
         if merge and all(r.object_code for r in results):
             binary = merge_objects([r.object_code for r in results])
         libraries = list(dict.fromkeys(library for b in built for library in b.linker.libraries))
-        built[0].linker.libraries[:] = libraries
-        return parsed, "\n".join(texts), built[0], binary
+        built[owner].linker.libraries[:] = libraries
+        return parsed, "\n".join(texts), built[owner], binary
 
     def _build_module(self, funcs, target, config: MachineConfig, machine, kernels=None,
-                      owns_globals: bool = True) -> "_BuiltModule":
-        """The llvmlite module of `kernels` (default: all of `funcs`); metadata describes all of `funcs`.
+                      owns_globals: bool = True, libraries: Sequence[str] = ()) -> "_BuiltModule":
+        """The llvmlite module of `kernels` (default: all of `funcs`); metadata describes all of `funcs`
+        and names `libraries` (those of the other chunks) besides the ones its own kernels call.
 
         A module that does not own the globals only declares the thread count (see _build_in_chunks).
         """
@@ -267,14 +271,15 @@ class LLVMEmitter(Emitter):
             codegen.stmt(func.body)
             codegen.builder.ret_void()
             emit_packed_function(module, func, impl, func.name)
+        if not owns_globals:   # the metadata of every kernel is the owning chunk's to write, once
+            return _BuiltModule(module, linker, (), {})
         signatures = _signatures(funcs)
         # the buffer parameters each kernel writes: its loader refuses read-only arrays for them
         written = {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}]
                    for f in funcs}
-        if owns_globals:
-            _string_global(module, METADATA_SYMBOL, metadata_json(
-                str(target), signatures, {"libraries": linker.libraries, "plugin": "cpu_llvm",
-                                          WRITTEN_METADATA_KEY: written}))
+        _string_global(module, METADATA_SYMBOL, metadata_json(
+            str(target), signatures, {"libraries": [*dict.fromkeys([*libraries, *linker.libraries])],
+                                      "plugin": "cpu_llvm", WRITTEN_METADATA_KEY: written}))
         return _BuiltModule(module, linker, signatures, written)
 
     @staticmethod

@@ -12,10 +12,13 @@ parent links the bitcode into one module (the artifact's optimized IR) and merge
 chunk objects into one relocatable object (`merge_objects`, `ld -r`), or emits the
 object from the linked module itself where no linker is found.
 
-The parent optimises a chunk of its own while the workers run. `optimize_chunks` takes
-the chunks as functions building them: the workers start first and each gets its chunk as
-soon as it is written, and the parent writes its own chunk last, while they optimise theirs
-(`chunk_sizes` gives the parent a smaller share for that reason).
+Chunks are shared out first come, first served. `optimize_chunks` takes them as functions
+building them and calls them in order: the workers start first, each built chunk joins a queue,
+and a worker takes the next queued chunk as soon as it is done with its last one, so the first
+worker starts optimising once the first (small) chunk is written instead of once half the module
+is. When every chunk is built, the parent takes queued chunks too. A module is cut into several
+chunks per process (`chunk_sizes`), smaller towards the end, so all processes finish at about
+the same time whatever the kernels cost.
 
 Workers are started per compile (about 0.1 s of CPU each) and only for modules large
 enough to repay it. TENSORKILN_COMPILE_JOBS sets the number of processes (1: serial);
@@ -27,6 +30,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import pickle
+import queue
 import shutil
 import struct
 import subprocess
@@ -41,7 +45,7 @@ import llvmlite.binding as llvm
 from .llvm_passes import link_intrinsic_sources, optimize
 
 __all__ = ["ChunkJob", "ChunkResult", "compile_jobs", "chunk_sizes", "optimize_chunk", "optimize_chunks",
-           "merge_objects", "object_linker", "JOBS_ENV", "MIN_PARALLEL_KERNELS", "PARENT_SHARE"]
+           "merge_objects", "object_linker", "JOBS_ENV", "MIN_PARALLEL_KERNELS", "CHUNKS_PER_JOB"]
 
 JOBS_ENV = "TENSORKILN_COMPILE_JOBS"
 MIN_PARALLEL_KERNELS = 12
@@ -60,6 +64,7 @@ class ChunkJob:
     features: str
     opt_level: int
     emit_object: bool = False   # also return the chunk's object code (merged by merge_objects)
+    light: bool = False         # copy and elementwise kernels only: llvm_passes.optimize's light pipeline
 
 
 @dataclass(frozen=True)
@@ -70,19 +75,31 @@ class ChunkResult:
     object_code: bytes | None = None
 
 
-PARENT_SHARE = 0.9
-"""The parent's chunk holds PARENT_SHARE / jobs of the kernels: it writes its chunk's LLVM IR while the
-workers optimise theirs (about a quarter of what LLVM then spends on the chunk), so an equal share
-would leave the workers done and the parent still busy."""
+CHUNKS_PER_JOB = 4
+"""Chunks per process: enough that the queue evens out kernels of unequal cost, few enough that the
+per-chunk costs (a module of its own, its pickling, an object to merge) stay small."""
+MIN_CHUNK_KERNELS = 4
 
 
 def chunk_sizes(kernel_count: int, jobs: int) -> list[int]:
-    """Kernels per chunk, the parent's (chunk 0) first; they add up to `kernel_count`."""
+    """Kernels per chunk, in the order the chunks are built; they add up to `kernel_count`.
+
+    The first chunk is half the usual size (a worker starts on it early) and the last ones shrink
+    (the processes run out of work together): weights 1/2, 1, ..., 1, 3/4, 1/2, 1/4.
+    """
     if jobs <= 1:
         return [kernel_count]
-    parent = max(1, round(kernel_count * PARENT_SHARE / jobs))
-    rest, extra = divmod(kernel_count - parent, jobs - 1)
-    return [parent] + [rest + (1 if index < extra else 0) for index in range(jobs - 1)]
+    count = max(jobs, min(jobs * CHUNKS_PER_JOB, kernel_count // MIN_CHUNK_KERNELS))
+    tail = (0.75, 0.5, 0.25) if count >= 6 else (0.5,) if count >= 3 else ()
+    weights = [0.5] + [1.0] * (count - 1 - len(tail)) + list(tail)
+    total = sum(weights)
+    sizes, placed = [], 0.0
+    for weight in weights:   # rounded on the running sum: sizes differ by the weights, not by rounding
+        placed += weight * kernel_count / total
+        sizes.append(round(placed) - sum(sizes))
+    sizes = [max(1, size) for size in sizes]
+    sizes[sizes.index(max(sizes))] -= sum(sizes) - kernel_count
+    return sizes
 
 
 def compile_jobs(kernel_count: int) -> int:
@@ -120,61 +137,109 @@ def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] =
         machine = llvm.Target.from_triple(job.triple).create_target_machine(
             cpu=job.cpu, features=job.features, opt=job.opt_level, reloc="pic", codemodel="default")
     if job.opt_level:
-        optimize(module, machine, job.opt_level)
+        optimize(module, machine, job.opt_level, light=job.light)
     object_code = bytes(machine.emit_object(module)) if job.emit_object else None
     return ChunkResult(module.as_bitcode(), object_code)
 
 
 def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
                     link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources,
-                    parse: Callable[[str], llvm.ModuleRef] = _plain_parse) -> list[ChunkResult]:
-    """Results of every chunk: all but the first in worker processes, the first in this one meanwhile.
+                    parse: Callable[[str], llvm.ModuleRef] = _plain_parse,
+                    workers: int | None = None) -> list[ChunkResult]:
+    """Results of every chunk, in order: `workers` processes (default one per job after the first)
+    and this one share them, first come first served.
 
-    A job may be a function returning it, called when its chunk is due: the worker processes start
-    first (Python, llvmlite and LLVM start up while the parent writes the chunks' IR), each gets
-    its job as soon as it is built, and the parent's own chunk (jobs[0]) is built last, while the
-    workers optimise theirs. A worker that cannot start or fails has its chunk optimised here
-    instead, so the result never depends on whether processes were available.
+    A job may be a function returning it, called here in order: the worker processes start first
+    (Python, llvmlite and LLVM start up while this process builds the first chunk), each job is queued
+    as soon as it is built and a worker takes the next queued job when it is done with its last;
+    once every job is built, this process takes queued jobs too. A worker that cannot start or
+    fails leaves its chunk to this process, so the result never depends on whether processes were
+    available.
     """
-    outputs: list[ChunkResult | None] = [None] * len(jobs)
-    resolved: list[ChunkJob | None] = [None] * len(jobs)
-    processes = [_start_worker() for _ in jobs[1:]]
+    count = len(jobs)
+    workers = count - 1 if workers is None else max(0, min(workers, count))
+    outputs: list[ChunkResult | None] = [None] * count
+    resolved: list[ChunkJob | None] = [None] * count
+    queued: queue.SimpleQueue = queue.SimpleQueue()    # indices of built jobs; None: a worker stops
+    processes = [_start_worker() for _ in range(workers)]
 
-    # a thread per worker feeds its job and drains its result while this process works on:
-    # a worker blocked on a full pipe would otherwise wait for the parent
-    def run_worker(index: int, process: subprocess.Popen) -> None:
+    # a thread per worker feeds it jobs and reads its results while this process builds the jobs
+    def serve(process: subprocess.Popen) -> None:
         try:
-            output, _ = process.communicate(pickle.dumps(resolved[index], protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            return
-        if process.returncode == 0 and output:
-            try:
-                bitcode, object_code = pickle.loads(output)
-            except Exception:   # a truncated or foreign answer: the parent compiles the chunk
-                return
-            outputs[index] = ChunkResult(bitcode, object_code)
+            while (index := queued.get()) is not None:
+                outputs[index] = _exchange(process, resolved[index])
+                if outputs[index] is None:   # a broken worker: this process does the job, and the rest
+                    queued.put(index)
+                    return
+        finally:
+            _close(process)
 
-    threads = []
+    threads = [threading.Thread(target=serve, args=(process,), daemon=True) for process in processes if process]
+    for thread in threads:
+        thread.start()
     try:
-        for index in range(1, len(jobs)):
-            resolved[index] = jobs[index]() if callable(jobs[index]) else jobs[index]
-            process = processes[index - 1]
-            if process is not None:
-                threads.append(threading.Thread(target=run_worker, args=(index, process), daemon=True))
-                threads[-1].start()
-        resolved[0] = jobs[0]() if callable(jobs[0]) else jobs[0]
-        results = [optimize_chunk(resolved[0], link, parse)]
+        for index, job in enumerate(jobs):
+            resolved[index] = job() if callable(job) else job
+            queued.put(index)
+        while True:
+            try:
+                index = queued.get_nowait()
+            except queue.Empty:
+                break
+            outputs[index] = optimize_chunk(resolved[index], link, parse)
     except BaseException:
         # building or optimising a chunk failed here: no worker is left waiting for a job
         for process in processes:
             if process is not None and process.poll() is None:
                 process.kill()
         raise
+    finally:
+        for _ in threads:
+            queued.put(None)
     for thread in threads:
         thread.join()
-    for index in range(1, len(jobs)):
-        results.append(outputs[index] if outputs[index] is not None else optimize_chunk(resolved[index], link, parse))
-    return results
+    # a job a broken worker put back after this process stopped taking jobs
+    return [output if output is not None else optimize_chunk(resolved[index], link, parse)
+            for index, output in enumerate(outputs)]
+
+
+_LENGTH = struct.Struct("<Q")
+
+
+def _exchange(process: subprocess.Popen, job: ChunkJob) -> ChunkResult | None:
+    """The worker's result for `job`, or None when it fails (it is then closed)."""
+    try:
+        payload = pickle.dumps(job, protocol=pickle.HIGHEST_PROTOCOL)
+        process.stdin.write(_LENGTH.pack(len(payload)) + payload)
+        process.stdin.flush()
+        answer = _read_message(process.stdout)
+        bitcode, object_code = pickle.loads(answer)
+    except Exception:   # a dead worker, a truncated or foreign answer, or its failure: the parent compiles the chunk
+        _close(process, kill=True)
+        return None
+    return ChunkResult(bitcode, object_code)
+
+
+def _read_message(stream) -> bytes:
+    header = stream.read(_LENGTH.size)
+    if len(header) != _LENGTH.size:
+        raise EOFError("the worker closed its output")
+    (length,) = _LENGTH.unpack(header)
+    payload = stream.read(length)
+    if len(payload) != length:
+        raise EOFError("the worker's answer is truncated")
+    return payload
+
+
+def _close(process: subprocess.Popen, kill: bool = False) -> None:
+    try:
+        if kill and process.poll() is None:
+            process.kill()
+        process.stdin.close()
+    except OSError:
+        pass
+    process.wait()
+    process.stdout.close()
 
 
 def _start_worker() -> subprocess.Popen | None:
@@ -262,15 +327,22 @@ def _rename_locals(code: bytes, suffix: str) -> bytes | None:
 
 
 def _worker_main() -> None:
+    """Optimise length-prefixed pickled jobs from stdin until it closes, answering each on stdout."""
     llvm.initialize_native_target()
     llvm.initialize_native_asmprinter()
     llvm.initialize_native_asmparser()
-    job = pickle.loads(sys.stdin.buffer.read())
-    result = optimize_chunk(job)
-    # plain bytes, not a ChunkResult: this module runs as __main__ here, and the parent could not
-    # unpickle a class of this process's __main__
-    sys.stdout.buffer.write(pickle.dumps((result.bitcode, result.object_code), protocol=pickle.HIGHEST_PROTOCOL))
-    sys.stdout.buffer.flush()
+    source, sink = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            job = pickle.loads(_read_message(source))
+        except EOFError:
+            return
+        result = optimize_chunk(job)
+        # plain bytes, not a ChunkResult: this module runs as __main__ here, and the parent could not
+        # unpickle a class of this process's __main__
+        answer = pickle.dumps((result.bitcode, result.object_code), protocol=pickle.HIGHEST_PROTOCOL)
+        sink.write(_LENGTH.pack(len(answer)) + answer)
+        sink.flush()
 
 
 if __name__ == "__main__":

@@ -37,16 +37,19 @@ def serial(squeezenet_input):
 def test_a_model_optimised_in_two_processes_computes_what_the_serial_compile_computes(monkeypatch, squeezenet_input,
                                                                                       serial):
     ort = pytest.importorskip("onnxruntime")
-    chunk_counts = []
-    real_optimize_chunks = emitter.optimize_chunks
+    calls, here = [], []
+    real_optimize_chunks, real_optimize = emitter.optimize_chunks, parallel_compile.optimize_chunk
 
     def spy(jobs, *args, **kwargs):
-        chunk_counts.append(len(jobs))
+        calls.append((len(jobs), kwargs.get("workers")))
         return real_optimize_chunks(jobs, *args, **kwargs)
 
     monkeypatch.setattr(emitter, "optimize_chunks", spy)
+    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: here.append(job) or real_optimize(job, *a, **k))
     _, parallel = _compile_and_run(monkeypatch, "2", squeezenet_input)
-    assert chunk_counts == [2]
+    ((chunks, workers),) = calls
+    assert workers == 1 and chunks > 2
+    assert len(here) < chunks           # the worker optimised some of the chunks
     np.testing.assert_array_equal(parallel, serial)
     session = ort.InferenceSession(SQUEEZENET, providers=["CPUExecutionProvider"])
     expected = session.run(None, {session.get_inputs()[0].name: squeezenet_input})[0]
@@ -54,18 +57,58 @@ def test_a_model_optimised_in_two_processes_computes_what_the_serial_compile_com
 
 
 def test_a_worker_that_cannot_start_leaves_its_chunk_to_the_parent(monkeypatch, squeezenet_input, serial):
-    started = []
-    real_optimize = parallel_compile.optimize_chunk
+    started, calls = [], []
+    real_optimize, real_optimize_chunks = parallel_compile.optimize_chunk, emitter.optimize_chunks
 
     def counting(job, *args, **kwargs):
         started.append(job)
         return real_optimize(job, *args, **kwargs)
 
     monkeypatch.setattr(parallel_compile, "optimize_chunk", counting)
+    monkeypatch.setattr(emitter, "optimize_chunks", lambda jobs, *a, **k: calls.append(len(jobs)) or
+                        real_optimize_chunks(jobs, *a, **k))
     monkeypatch.setattr(sys, "executable", os.path.join(os.sep, "nonexistent", "python3"))
     _, out = _compile_and_run(monkeypatch, "3", squeezenet_input)
-    assert len(started) == 3          # chunk 0 here as always, and both chunks whose worker never started
+    assert len(started) == calls[0]          # every chunk here: neither worker started
     np.testing.assert_array_equal(out, serial)
+
+
+def _tiny_job(index: int) -> "parallel_compile.ChunkJob":
+    import llvmlite.binding as llvm
+
+    from tensorkiln.sdk.plugin_manager import registry
+    from tensorkiln_cpu_llvm.host import machine_config
+
+    config = machine_config(registry().target("cpu_llvm"))
+    llvm.initialize_native_target()
+    text = (f'target triple = "{config.triple}"\n'
+            f"define float @scale{index}(float %x) {{\n  %y = fmul float %x, {float(index + 2):e}\n"
+            "  ret float %y\n}\n")
+    return parallel_compile.ChunkJob(text, (), config.triple, config.cpu, config.features, 3, emit_object=True)
+
+
+def _ir(bitcode: bytes) -> str:
+    import llvmlite.binding as llvm
+    return str(llvm.parse_bitcode(bitcode))
+
+
+def test_chunks_are_shared_by_a_worker_and_the_parent_and_come_back_in_order():
+    jobs = [_tiny_job(index) for index in range(6)]
+    results = parallel_compile.optimize_chunks([lambda job=job: job for job in jobs], workers=1)
+    serial = [parallel_compile.optimize_chunk(job) for job in jobs]
+    assert [_ir(r.bitcode) for r in results] == [_ir(r.bitcode) for r in serial]
+    assert all(r.object_code for r in results)
+
+
+def test_a_worker_that_dies_leaves_its_chunks_to_the_parent(monkeypatch):
+    import subprocess
+
+    # a "worker" that exits at once: its first exchange fails, the parent does every chunk
+    monkeypatch.setattr(parallel_compile, "_start_worker", lambda: subprocess.Popen(
+        [sys.executable, "-c", "pass"], stdin=subprocess.PIPE, stdout=subprocess.PIPE))
+    jobs = [_tiny_job(index) for index in range(4)]
+    results = parallel_compile.optimize_chunks(jobs, workers=2)
+    assert [_ir(r.bitcode) for r in results] == [_ir(parallel_compile.optimize_chunk(job).bitcode) for job in jobs]
 
 
 def test_the_number_of_jobs_comes_from_the_environment_and_the_module_size(monkeypatch):
@@ -82,17 +125,19 @@ def test_the_number_of_jobs_comes_from_the_environment_and_the_module_size(monke
     assert compile_jobs(200) == min(len(os.sched_getaffinity(0)), 200 // (MIN_PARALLEL_KERNELS // 2))
 
 
-def test_chunk_sizes_give_the_parent_a_smaller_share_and_cover_every_kernel():
+def test_chunk_sizes_start_small_shrink_at_the_end_and_cover_every_kernel():
     from tensorkiln_cpu_llvm.emitter import _split
-    from tensorkiln_cpu_llvm.parallel_compile import chunk_sizes
-    for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3)):
+    from tensorkiln_cpu_llvm.parallel_compile import CHUNKS_PER_JOB, chunk_sizes
+    for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3), (2, 2)):
         sizes = chunk_sizes(kernels, jobs)
-        assert len(sizes) == jobs and sum(sizes) == kernels and min(sizes) >= 1
-        assert sizes[0] <= min(sizes[1:])
+        assert jobs <= len(sizes) <= jobs * CHUNKS_PER_JOB and sum(sizes) == kernels and min(sizes) >= 1
+        if len(sizes) >= 6:   # half-size first chunk, then shrinking towards the end
+            assert sizes[0] < max(sizes) and sizes[-3] > sizes[-2] > sizes[-1]
         chunks = _split(list(range(kernels)), sizes)
         assert [len(c) for c in chunks] == sizes
         assert sorted(k for c in chunks for k in c) == list(range(kernels))
         assert all(c == sorted(c) for c in chunks)
+    assert chunk_sizes(191, 1) == [191]
 
 
 def test_without_a_linker_the_parent_emits_the_object_and_it_computes_the_same(monkeypatch, squeezenet_input,
@@ -118,7 +163,7 @@ def test_chunk_objects_are_merged_when_a_linker_is_found(monkeypatch, squeezenet
         return result
     monkeypatch.setattr(emitter, "merge_objects", spy)
     _, out = _compile_and_run(monkeypatch, "2", squeezenet_input)
-    assert merged == [(2, True)]
+    assert len(merged) == 1 and merged[0][0] > 2 and merged[0][1]
     np.testing.assert_array_equal(out, serial)
 
 
