@@ -36,7 +36,8 @@ def packed_layout(node: Call, target) -> str | None:
     if conv_applies(node, target) is True:
         return None
     out_width, out_channels = (int(d) for d in node.checked_type.shape[2:])
-    _, block = conv_nhwc_tile(out_width, out_channels, target)
+    in_channels = int(weight.value.shape[2])
+    _, block = conv_nhwc_tile(out_width, out_channels, in_channels, target)
     if block < _vector_lanes(target) or out_channels % block:
         return None
     return f"OHWI{block}o"

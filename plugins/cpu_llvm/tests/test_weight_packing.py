@@ -18,6 +18,7 @@ from tensorkiln.compiler.driver import fused_groups
 from tensorkiln.graph import Call
 from tensorkiln_cpu_llvm.host import cpu_facts
 from tensorkiln_cpu_llvm.strategies import conv_nhwc_tile
+from tensorkiln_cpu_llvm.strategies.anchors import nhwc_tile
 
 RNG = np.random.default_rng(11)
 
@@ -57,7 +58,7 @@ def test_a_3x3_nhwc_conv_reads_its_weight_packed_in_the_tiles_channel_block(targ
     model = _nhwc_conv(x.shape, w, b, padding=(1, 1, 1, 1))
     layouts, resolved = _kernel_layouts(model, target)
     lanes = cpu_facts(resolved).vector_bits // 32
-    _, block = conv_nhwc_tile(width, 128, resolved)
+    _, block = conv_nhwc_tile(width, 128, 64, resolved)
     assert block % lanes == 0 and layouts == [f"OHWI{block}o"]
     lib = tk.compile(model, target)
     expected = np.maximum(_conv_reference(x, w, padding=(1, 1, 1, 1)) + b, 0)
@@ -87,16 +88,26 @@ def test_convs_the_pass_leaves_in_hwio(case):
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_prime_widths_get_a_tile_with_a_tail_unless_the_channels_are_few():
+    # AVX2 (8 lanes, 12 accumulators): 13 wide had divisor tiles of 1 position (2 accumulators)
+    assert nhwc_tile(13, 256, 8, 12, 14, in_channels=64) == (5, 16)
+    assert nhwc_tile(111, 64, 8, 12, 14, in_channels=3) == (3, 16)      # 3-channel stem: no tail
+    assert nhwc_tile(56, 64, 8, 12, 14, in_channels=64) == (4, 16)      # a divisor tile fills enough
+    assert nhwc_tile(13, 256, 16, 24, 14, in_channels=64, channel_block=16) == (13, 16)
+
+
 @settings(max_examples=12, deadline=None)
 @given(channels=st.sampled_from([3, 16, 24, 64]), outputs=st.sampled_from([16, 32, 48, 96]),
        size=st.integers(5, 17), kernel=st.sampled_from([1, 3, 5]), stride=st.sampled_from([1, 2]),
-       pad=st.integers(0, 2), epilogue=st.booleans())
-def test_random_nhwc_convs_through_the_packing_match_numpy(channels, outputs, size, kernel, stride, pad, epilogue):
+       pad=st.integers(0, 2), epilogue=st.booleans(), target=st.sampled_from(["cpu_llvm", "cpu_llvm -mcpu=haswell"]))
+def test_random_nhwc_convs_through_the_packing_match_numpy(channels, outputs, size, kernel, stride, pad, epilogue,
+                                                           target):
+    """Random shapes, widths with and without divisor tiles (tails), on AVX-512 / AVX2 tiles."""
     if size + 2 * pad < kernel:
         pad = kernel
     x, w, b = _random(1, size, size, channels), _random(kernel, kernel, channels, outputs), _random(outputs)
     model = _nhwc_conv(x.shape, w, b if epilogue else None, strides=(stride, stride), padding=(pad,) * 4)
-    lib = tk.compile(model, "cpu_llvm")
+    lib = tk.compile(model, target)
     expected = _conv_reference(x, w, strides=(stride, stride), padding=(pad,) * 4)
     if epilogue:
         expected = np.maximum(expected + b, 0)

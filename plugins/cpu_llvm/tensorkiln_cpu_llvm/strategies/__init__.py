@@ -63,10 +63,11 @@ def _conv_nhwc_space(workload, target) -> TuningSpace:
                         Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH)))
 
 
-def conv_nhwc_tile(out_width: int, out_channels: int, target) -> tuple[int, int]:
+def conv_nhwc_tile(out_width: int, out_channels: int, in_channels: int, target) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile with the default knobs."""
     facts = cpu_facts(target)
-    return nhwc_tile(out_width, out_channels, _lanes(target), facts.vector_registers * 3 // 4, DEFAULT_TILE_WIDTH)
+    return nhwc_tile(out_width, out_channels, _lanes(target), facts.vector_registers * 3 // 4, DEFAULT_TILE_WIDTH,
+                     in_channels)
 
 
 def _conv_nchw_space(workload, target) -> TuningSpace:

@@ -93,32 +93,62 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
         stage.vectorize(x)
 
 
+TAIL_MIN_CHANNELS = 16
+TWO_VECTOR_BONUS = 1.25
+"""Weight of a two-vector tile's accumulators against a one-vector tile's (nhwc_tile). Measured, 1 core:
+a 111-wide 3 -> 64 3x3 conv on AVX2 ran at 72 GFLOP/s as 3 positions x 2 vectors and 56 as 8 x 1
+(with a tail, before TAIL_MIN_CHANNELS); a 13-wide 64 -> 256 3x3 on AVX-512 at 201 as 7 x 2 (with a tail), 183 as 13 x 1."""
+
+
+def _tile_width(out_width: int, most: int, max_accumulators: int, tails: bool) -> int:
+    """Positions per tile with at most `most` of them: the largest divisor of the width (no tail) unless
+    it fills fewer than half of `max_accumulators` (`most` counts one vector's accumulators per position
+    when scaled by the caller); then the width in [most / 2, most] that wastes the fewest positions in
+    its tail tile. A 13-wide output with 6 positions per tile (AVX2, two vectors): the divisor tile has
+    1 position (2 accumulators, 32 GFLOP/s on a 13x13x64 -> 256 3x3 conv); tiles of 5 with a tail
+    reach 104."""
+    width = divisor_at_most(out_width, most)
+    if not tails or 2 * width * (max_accumulators // max(1, most)) >= max_accumulators or width == out_width:
+        return width
+    candidates = range(max(1, most // 2), most + 1)
+    return min(candidates, key=lambda t: (-(-out_width // t) * t - out_width, -t))
+
+
 def nhwc_tile(out_width: int, out_channels: int, lanes: int, max_accumulators: int,
-              max_width: int, channel_block: int | None = None) -> tuple[int, int]:
+              max_width: int, in_channels: int, channel_block: int | None = None) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile.
 
     Channels: one or two vectors when they divide the channels (else the largest divisor
     of the channels below a vector). Positions: the largest divisor of the output width
-    within `max_width` whose accumulators fit in `max_accumulators` vectors, so
-    no tile has a tail. Of the two, the tile with more accumulators wins (two vectors on a
-    tie: each broadcast input then feeds two FMAs): a 13-wide output gets 13 x 1 vectors
-    rather than 1 x 2, whose two accumulators would leave the FMA units waiting.
+    within `max_width` whose accumulators fit in `max_accumulators` vectors, so no tile
+    has a tail, unless that fills fewer than half of the accumulators (a prime width such
+    as 13): then a tile with a tail (`_tile_width`). Of one and two vectors, the tile with
+    more accumulators (counting only the positions inside the output) wins, those of two
+    vectors counted TWO_VECTOR_BONUS times (each broadcast input then feeds two FMAs).
 
     `channel_block` fixes the channels: a weight packed in blocks of that many output
     channels (kernel layout OHWI{n}o, weight_packing.py) is read one block per tile.
+    Tails need `in_channels` >= TAIL_MIN_CHANNELS: the tail's bounds checks sit on every
+    multiply-add, and LLVM moves them out of the channel loop only when there is one left
+    after unrolling (a 3-channel stem unrolls all its 27 taps).
     """
+    tails = in_channels >= TAIL_MIN_CHANNELS
     if channel_block is not None:
         vectors = max(1, channel_block // lanes)
-        return divisor_at_most(out_width, min(max_width, max(1, max_accumulators // vectors))), channel_block
+        most = min(max_width, max(1, max_accumulators // vectors))
+        return _tile_width(out_width, most, vectors * most, tails), channel_block
     if out_channels % lanes:
         block = divisor_at_most(out_channels, lanes)
-        return divisor_at_most(out_width, min(max_width, max_accumulators)), block
-    best = (0, 0, 0)
+        most = min(max_width, max_accumulators)
+        return _tile_width(out_width, most, most, tails), block
+    best = (0.0, 0, 0)
     for vectors in (1, 2):
         if out_channels % (vectors * lanes):
             continue
-        width = divisor_at_most(out_width, min(max_width, max_accumulators // vectors))
-        best = max(best, (width * vectors, vectors, width))
+        most = min(max_width, max_accumulators // vectors)
+        width = _tile_width(out_width, most, vectors * most, tails)
+        useful = width * vectors * out_width / (-(-out_width // width) * width)
+        best = max(best, (useful * (TWO_VECTOR_BONUS if vectors == 2 else 1.0), vectors, width))
     _, vectors, width = best
     return width, vectors * lanes
 
@@ -160,9 +190,10 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     _, _, out_width, out_channels = (int(d) for d in output.shape)
     per_group = out_channels // groups
     grouped = groups > 1 and per_group > 1
+    in_channels = extent_of(anchor.op.reduce_axis[-1])    # (ry, rx, rc): the channels per group
     width_block, channel_block = nhwc_tile(out_width, per_group if grouped else out_channels,
                                            vector_lanes(target, acc.dtype), config["max_accumulators"],
-                                           config["max_tile_width"], packed_block(anchor))
+                                           config["max_tile_width"], in_channels, packed_block(anchor))
     if grouped:
         # Split by the group first: the input channel (o // per_group) * C/G + rc then
         # simplifies to group * C/G + rc, invariant over the vector of output channels.
