@@ -51,7 +51,7 @@ from .lowp import add_bfloat_runtime
 from .parallel_compile import ChunkJob, chunk_sizes, compile_jobs, merge_objects, object_linker, optimize_chunks
 from .stmts import FunctionCodegen
 
-__all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize"]
+__all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize", "needs_full_pipeline"]
 
 
 class IntrinsicLinker:
@@ -212,7 +212,12 @@ class LLVMEmitter(Emitter):
         Returns the linked module, the unoptimized text, the last chunk's build and the merged
         object code (None: emit it from the linked module, no linker was found or the merge failed).
         """
-        chunks = _split(funcs, chunk_sizes(len(funcs), jobs))
+        # kernels that need the full pipeline first (the costliest chunks are taken first), then the
+        # copy and elementwise kernels, in chunks of their own optimised with the light pipeline
+        full = [f for f in funcs if needs_full_pipeline(f)]
+        chunks = _cut([*full, *(f for f in funcs if not needs_full_pipeline(f))], chunk_sizes(len(funcs), jobs),
+                      len(full))
+        full = {f.name for f in full}
         owner = len(chunks) - 1
         merge = object_linker() is not None
         built: list = [None] * len(chunks)
@@ -225,7 +230,8 @@ class LLVMEmitter(Emitter):
                                               owns_globals=index == owner, libraries=others)
             texts[index] = _unoptimized_text(built[index].llvm_module)
             return ChunkJob(texts[index], tuple(built[index].linker.sources.items()), config.triple, config.cpu,
-                            config.features, config.opt_level, emit_object=merge)
+                            config.features, config.opt_level, emit_object=merge,
+                            light=not any(f.name in full for f in chunks[index]))
 
         def parse(text: str) -> llvm.ModuleRef:   # a chunk LLVM rejects is named by its kernels
             index = texts.index(text)
@@ -294,15 +300,56 @@ def _unoptimized_text(module: ir.Module) -> str:
     return text
 
 
-def _split(funcs: list, sizes: list[int]) -> list[list]:
-    """`funcs` dealt into chunks of `sizes`, interleaved so big and small kernels spread out (each kernel
-    goes to the chunk furthest behind its share so far); order within a chunk follows `funcs`."""
-    total = len(funcs)
-    chunks: list[list] = [[] for _ in sizes]
-    for position, func in enumerate(funcs):
-        behind = [size * (position + 1) / total - len(chunk) for size, chunk in zip(sizes, chunks)]
-        chunks[max(range(len(sizes)), key=lambda index: (behind[index], -index))].append(func)
+def _cut(funcs: list, sizes: list[int], boundary: int) -> list[list]:
+    """`funcs` cut into consecutive chunks of `sizes`, with one more cut at `boundary` (a chunk across
+    it becomes two): the kernels before it and after it never share a chunk."""
+    chunks, start = [], 0
+    for size in sizes:
+        end = start + size
+        for low, high in ((start, min(end, boundary)), (max(start, boundary), end)):
+            if low < high:
+                chunks.append(funcs[low:high])
+        start = end
     return chunks
+
+
+LIGHT_MIN_TRIP = 16
+"""A scalar store in a loop of fewer iterations than this (a layout transform's 3 channels) gains from
+unrolling the loops around it: its kernel keeps the full pipeline."""
+
+
+def needs_full_pipeline(func: tir.PrimFunc) -> bool:
+    """Whether `func` needs the full O3 pipeline, unrolling included: it accumulates (a store whose
+    value reads the buffer it stores into: convolution, GEMM, pooling, reductions), allocates
+    scratch, calls a tensor intrinsic, or stores scalars in a short loop. Copies such as
+    concatenation and elementwise kernels, vector stores or long loops, do not: they get
+    llvm_passes.optimize's light pipeline, which vectorizes them as well (measured on densenet121)."""
+    from tensorkiln.tir.visit import post_order_visit
+
+    if func.tensor_intrinsics():
+        return True
+
+    def reads(value, buffer: tir.Buffer) -> bool:
+        found = []
+        post_order_visit(value, lambda node: found.append(node) if isinstance(node, (tir.Load, tir.BufferPointer))
+                         and node.buffer.name == buffer.name else None)
+        return bool(found)
+
+    def full(stmt, trip: int | None) -> bool:   # trip: the extent of the innermost loop around stmt
+        if isinstance(stmt, tir.Store):
+            scalar_in_short_loop = not isinstance(stmt.index, tir.Ramp) and (trip is not None and trip < LIGHT_MIN_TRIP)
+            return scalar_in_short_loop or reads(stmt.value, stmt.buffer)
+        if isinstance(stmt, tir.For):
+            extent = stmt.extent.value if isinstance(stmt.extent, tir.IntImm) else None
+            return extent is None or full(stmt.body, extent)
+        if isinstance(stmt, tir.SeqStmt):
+            return any(full(inner, trip) for inner in stmt.stmts)
+        if isinstance(stmt, tir.IfThenElse):
+            return full(stmt.then_case, trip) or (stmt.else_case is not None and full(stmt.else_case, trip))
+        if isinstance(stmt, tir.LetStmt):
+            return full(stmt.body, trip)
+        return True   # Allocate, Evaluate (calls), thread reductions, anything else
+    return full(func.body, None)
 
 
 def _signatures(funcs) -> tuple:

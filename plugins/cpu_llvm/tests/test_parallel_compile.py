@@ -3,6 +3,7 @@ worker processes is linked back into one object that computes what the serial co
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -45,7 +46,8 @@ def test_a_model_optimised_in_two_processes_computes_what_the_serial_compile_com
         return real_optimize_chunks(jobs, *args, **kwargs)
 
     monkeypatch.setattr(emitter, "optimize_chunks", spy)
-    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: here.append(job) or real_optimize(job, *a, **k))
+    monkeypatch.setattr(parallel_compile, "optimize_chunk",
+                        lambda job, *a, **k: here.append(job) or real_optimize(job, *a, **k))
     _, parallel = _compile_and_run(monkeypatch, "2", squeezenet_input)
     ((chunks, workers),) = calls
     assert workers == 1 and chunks > 2
@@ -126,17 +128,18 @@ def test_the_number_of_jobs_comes_from_the_environment_and_the_module_size(monke
 
 
 def test_chunk_sizes_start_small_shrink_at_the_end_and_cover_every_kernel():
-    from tensorkiln_cpu_llvm.emitter import _split
+    from tensorkiln_cpu_llvm.emitter import _cut
     from tensorkiln_cpu_llvm.parallel_compile import CHUNKS_PER_JOB, chunk_sizes
     for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3), (2, 2)):
         sizes = chunk_sizes(kernels, jobs)
         assert jobs <= len(sizes) <= jobs * CHUNKS_PER_JOB and sum(sizes) == kernels and min(sizes) >= 1
         if len(sizes) >= 6:   # half-size first chunk, then shrinking towards the end
             assert sizes[0] < max(sizes) and sizes[-3] > sizes[-2] > sizes[-1]
-        chunks = _split(list(range(kernels)), sizes)
-        assert [len(c) for c in chunks] == sizes
-        assert sorted(k for c in chunks for k in c) == list(range(kernels))
-        assert all(c == sorted(c) for c in chunks)
+        for boundary in (0, kernels // 3, kernels):   # full-pipeline kernels before it, light ones after
+            chunks = _cut(list(range(kernels)), sizes, boundary)
+            assert [k for c in chunks for k in c] == list(range(kernels))
+            assert all(c and (c[-1] < boundary or c[0] >= boundary) for c in chunks)
+            assert len(sizes) <= len(chunks) <= len(sizes) + 1
     assert chunk_sizes(191, 1) == [191]
 
 
@@ -238,3 +241,44 @@ def test_a_chunk_that_fails_to_build_leaves_no_worker_waiting(monkeypatch):
         parallel_compile.optimize_chunks([lambda: None, failing_build])
     assert len(started) == 1
     assert started[0] is None or started[0].wait(timeout=30) is not None
+
+
+def test_copies_and_elementwise_kernels_get_the_light_pipeline_and_compute_the_same(monkeypatch, squeezenet_input,
+                                                                                    serial):
+    # squeezenet's concatenations are plain copies (light); its convolutions accumulate and its input
+    # layout transform stores 3 scalars per pixel (both full). The serial compile optimises all at O3.
+    lights = []
+    real_exchange, real_optimize = parallel_compile._exchange, parallel_compile.optimize_chunk
+    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: lights.append((job.light, job.text))
+                        or real_exchange(process, job))
+    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: lights.append((job.light, job.text))
+                        or real_optimize(job, *a, **k))
+    _, out = _compile_and_run(monkeypatch, "2", squeezenet_input)
+    np.testing.assert_array_equal(out, serial)
+    defined = {light: [name for flag, text in lights if flag == light
+                       for name in re.findall(r'^define i32 @"(\w+)"\(', text, re.M)] for light in (False, True)}
+    assert defined[True] and all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
+                                 for name in defined[True])
+    assert any(name.startswith("fused_nn_conv2d") for name in defined[False])
+    assert "fused_layout_transform" in defined[False]
+
+
+def test_which_kernels_need_the_full_pipeline():
+    from tensorkiln import te
+    from tensorkiln_cpu_llvm.emitter import needs_full_pipeline
+
+    def lowered(*tensors, name):
+        schedule = te.create_schedule([t.op for t in tensors[-1:]])
+        return te.lower(schedule, list(tensors), name=name)
+
+    a, b = te.placeholder((64, 32), name="a"), te.placeholder((64, 32), name="b")
+    add = te.compute((64, 32), lambda i, j: a[i, j] + b[i, j], name="add")
+    k = te.reduce_axis((0, 32), name="k")
+    total = te.compute((64,), lambda i: te.sum(a[i, k], axis=k), name="total")
+    narrow = te.placeholder((64, 3), name="narrow")
+    transposed = te.compute((3, 64), lambda c, i: narrow[i, c], name="transposed")
+    assert not needs_full_pipeline(lowered(a, b, add, name="add"))          # elementwise, 32-long rows
+    assert needs_full_pipeline(lowered(a, total, name="total"))             # a reduction accumulates
+    assert not needs_full_pipeline(lowered(narrow, transposed, name="transposed"))   # 64-long inner loop
+    wide = te.compute((64, 3), lambda i, c: narrow[i, c] * 2.0, name="wide")
+    assert needs_full_pipeline(lowered(narrow, wide, name="wide"))          # 3 scalars per row: unrolling pays
