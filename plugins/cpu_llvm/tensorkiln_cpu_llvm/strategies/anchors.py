@@ -59,7 +59,8 @@ def _parallel(stage, axis, target) -> None:
 
 
 def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
-    """NCHW conv: output-channel blocks x row x width-vector tiles; the padded input at root."""
+    """NCHW conv: register tiles of (channel_block output channels x width_vectors vectors along the width),
+    each input vector feeding channel_block FMAs with broadcast weights; the padded input at root."""
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
             schedule_injective_stage(s, producer, target)  # materialized: reads stay contiguous
@@ -74,10 +75,14 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
     lanes = vector_lanes(target, acc.dtype)
     channel_block = divisor_at_most(out_channels, config["channel_block"])
     width_block = divisor_at_most(width, lanes)
+    vectors = divisor_at_most(width // width_block, config["width_vectors"])
     channel_outer, channel_inner = out.split(channel, factor=channel_block)
-    width_outer, width_inner = out.split(column, factor=width_block)
-    out.reorder(batch, channel_outer, row, width_outer, channel_inner, width_inner)
-    fused = out.fuse(batch, channel_outer)
+    width_outer, width_tile = out.split(column, factor=width_block * vectors)
+    width_mid, width_inner = out.split(width_tile, factor=width_block)
+    out.reorder(batch, channel_outer, row, width_outer, channel_inner, width_mid, width_inner)
+    # (channel block, row) in parallel, batch serial (as the NHWC tile): a wide channel block leaves
+    # few blocks (one for 8 channels), rows are many
+    fused = out.fuse(channel_outer, row)
     _parallel(out, fused, target)
     if width_block > 1:
         out.vectorize(width_inner)
@@ -85,12 +90,14 @@ def apply_conv2d(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
     stage = s[acc]
     b, o, y, x = stage.op.axis
     rc, ry, rx = stage.op.reduce_axis
-    stage.reorder(b, y, rc, ry, rx, o, x)
+    x_mid, x_inner = stage.split(x, factor=width_block)
+    stage.reorder(b, y, rc, ry, rx, o, x_mid, x_inner)
     if extent_of(ry) <= UNROLL_KERNEL_MAX and extent_of(rx) <= UNROLL_KERNEL_MAX:
         stage.unroll(rx)
     stage.unroll(o)
+    stage.unroll(x_mid)
     if width_block > 1:
-        stage.vectorize(x)
+        stage.vectorize(x_inner)
 
 
 TAIL_MIN_CHANNELS = 16
