@@ -215,8 +215,9 @@ class LLVMEmitter(Emitter):
         # kernels that need the full pipeline first (the costliest chunks are taken first), then the
         # copy and elementwise kernels, in chunks of their own optimised with the light pipeline
         full = [f for f in funcs if needs_full_pipeline(f)]
-        chunks = _cut([*full, *(f for f in funcs if not needs_full_pipeline(f))], chunk_sizes(len(funcs), jobs),
-                      len(full))
+        costs = [FULL_PIPELINE_COST] * len(full) + [1.0] * (len(funcs) - len(full))
+        chunks = _cut([*full, *(f for f in funcs if not needs_full_pipeline(f))],
+                      chunk_sizes(len(funcs), jobs, costs), len(full))
         full = {f.name for f in full}
         owner = len(chunks) - 1
         merge = object_linker() is not None
@@ -313,6 +314,9 @@ def _cut(funcs: list, sizes: list[int], boundary: int) -> list[list]:
     return chunks
 
 
+FULL_PIPELINE_COST = 2.0
+"""What a kernel of the full pipeline costs to optimise and emit, against a light one: densenet121's
+convolutions against its copies and BN+ReLU kernels (chunks are cut by these costs)."""
 LIGHT_MIN_TRIP = 16
 """A scalar store in a loop of fewer iterations than this (a layout transform's 3 channels) gains from
 unrolling the loops around it: its kernel keeps the full pipeline."""

@@ -27,6 +27,8 @@ builder pool already fills the machine).
 """
 from __future__ import annotations
 
+import bisect
+import itertools
 import multiprocessing
 import os
 import pickle
@@ -38,7 +40,7 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Union
+from typing import Callable, Sequence, Union
 
 import llvmlite.binding as llvm
 
@@ -81,25 +83,30 @@ per-chunk costs (a module of its own, its pickling, an object to merge) stay sma
 MIN_CHUNK_KERNELS = 4
 
 
-def chunk_sizes(kernel_count: int, jobs: int) -> list[int]:
+def chunk_sizes(kernel_count: int, jobs: int, costs: Sequence[float] | None = None) -> list[int]:
     """Kernels per chunk, in the order the chunks are built; they add up to `kernel_count`.
 
-    The first chunk is half the usual size (a worker starts on it early) and the last ones shrink
-    (the processes run out of work together): weights 1/2, 1, ..., 1, 3/4, 1/2, 1/4.
+    Chunks are cut by the kernels' estimated `costs` (default: all alike). The first chunk is half
+    the usual cost (a worker starts on it early) and the last ones shrink (the processes run out of
+    work together): shares 1/2, 1, ..., 1, 3/4, 1/2, 1/4.
     """
-    if jobs <= 1:
+    if jobs <= 1 or kernel_count <= 1:
         return [kernel_count]
-    count = max(jobs, min(jobs * CHUNKS_PER_JOB, kernel_count // MIN_CHUNK_KERNELS))
+    costs = [1.0] * kernel_count if costs is None else [float(c) for c in costs]
+    count = min(kernel_count, max(jobs, min(jobs * CHUNKS_PER_JOB, kernel_count // MIN_CHUNK_KERNELS)))
     tail = (0.75, 0.5, 0.25) if count >= 6 else (0.5,) if count >= 3 else ()
-    weights = [0.5] + [1.0] * (count - 1 - len(tail)) + list(tail)
-    total = sum(weights)
-    sizes, placed = [], 0.0
-    for weight in weights:   # rounded on the running sum: sizes differ by the weights, not by rounding
-        placed += weight * kernel_count / total
-        sizes.append(round(placed) - sum(sizes))
-    sizes = [max(1, size) for size in sizes]
-    sizes[sizes.index(max(sizes))] -= sum(sizes) - kernel_count
-    return sizes
+    shares = [0.5] + [1.0] * (count - 1 - len(tail)) + list(tail)
+    unit = sum(costs) / sum(shares)
+    # a kernel goes to the chunk its cost's midpoint falls in; every chunk keeps at least one kernel
+    midpoints = [running - cost / 2 for running, cost in zip(itertools.accumulate(costs), costs)]
+    sizes, start, target = [], 0, 0.0
+    for index, share in enumerate(shares[:-1]):
+        target += share * unit
+        end = bisect.bisect_left(midpoints, target)
+        end = min(max(end, start + 1), kernel_count - (len(shares) - 1 - index))
+        sizes.append(end - start)
+        start = end
+    return sizes + [kernel_count - start]
 
 
 def compile_jobs(kernel_count: int) -> int:

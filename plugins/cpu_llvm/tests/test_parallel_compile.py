@@ -2,6 +2,7 @@
 worker processes is linked back into one object that computes what the serial compile computes."""
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import sys
@@ -141,6 +142,12 @@ def test_chunk_sizes_start_small_shrink_at_the_end_and_cover_every_kernel():
             assert all(c and (c[-1] < boundary or c[0] >= boundary) for c in chunks)
             assert len(sizes) <= len(chunks) <= len(sizes) + 1
     assert chunk_sizes(191, 1) == [191]
+    # by cost: 75 kernels of cost 2 then 116 of cost 1 give chunks of fewer costly kernels
+    costs = [2.0] * 75 + [1.0] * 116
+    sizes = chunk_sizes(191, 2, costs)
+    assert sum(sizes) == 191 and len(sizes) == len(chunk_sizes(191, 2))
+    chunk_costs = [sum(costs[start:start + size]) for start, size in zip([0, *itertools.accumulate(sizes)], sizes)]
+    assert sizes[1] < sizes[4] and max(chunk_costs[1:5]) - min(chunk_costs[1:5]) <= 3
 
 
 def test_without_a_linker_the_parent_emits_the_object_and_it_computes_the_same(monkeypatch, squeezenet_input,
