@@ -22,7 +22,9 @@ def hoist_shared_allocations(func: n.PrimFunc) -> n.PrimFunc:
             hoisted.append(x.buffer)
             return x.body
         return None
-    body = rewrite(func.body, post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
+    # an expression holds no statement: returned as it is, it is not walked (most of a kernel's nodes)
+    body = rewrite(func.body, pre=lambda x: x if isinstance(x, n.PrimExpr) else None,
+                   post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
     if not hoisted:
         return func
     for buf in reversed(hoisted):
