@@ -22,5 +22,7 @@ def unroll_loops(func: n.PrimFunc, max_extent: int = MAX_UNROLL_EXTENT) -> n.Pri
                 return n.SeqStmt(tuple(substitute(x.body, {x.loop_var: n.IntImm(x.loop_var.dtype, lo + i)})
                                        for i in range(extent)))
         return None
-    body = rewrite(func.body, post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
+    # an expression holds no loop: returned as it is, it is not walked (most of a kernel's nodes)
+    body = rewrite(func.body, pre=lambda x: x if isinstance(x, n.PrimExpr) else None,
+                   post=lambda x: post(x) if isinstance(x, n.Stmt) else None)
     return func if body is func.body else n.PrimFunc(func.name, func.params, body, func.attrs)
