@@ -31,9 +31,10 @@ def test_aligned_copy_keeps_values_and_returns_aligned_arrays_as_they_are():
 
 def test_executor_arena_and_weights_are_aligned_whatever_numpy_returned():
     rng = np.random.default_rng(1)
-    # a weight numpy placed 4 bytes past an allocation, as onnx's numpy_helper may
-    weight = np.frombuffer(rng.standard_normal(16 * 8 + 1).astype("float32").tobytes()[4:], dtype="float32")
-    weight = weight.reshape(16, 8)
+    # a weight 4 bytes past a 64-byte boundary, as numpy or onnx's numpy_helper may place one
+    base = aligned_empty(16 * 8 + 1, "float32")
+    base[:] = rng.standard_normal(16 * 8 + 1)
+    weight = base[1:].reshape(16, 8)
     assert not is_aligned(weight)
     x = graph.var("x", shape=(4, 8), dtype="float32")
     mod = graph.Module.from_expr(graph.nn.relu(graph.nn.dense(x, graph.const(weight)) + graph.const(1.0)))
