@@ -63,7 +63,7 @@ def test_seed_parallel(operands):
     s[C].parallel(j)
     f = tk.build(s, [A, B, C], target="llvm -num_threads=2")
     np.testing.assert_allclose(_run(f, a, b), reference, rtol=1e-5)
-    assert "GOMP_parallel" in f.get_source()
+    assert "tk_parallel" in f.get_source()   # parallel regions run on the thread pool (thread_pool.c)
 
 
 def test_seed_tensorize_gemm_accelerator_and_get_source():

@@ -83,7 +83,7 @@ def test_parallel_loop_with_thread_count(threads):
     x, out = rand(n, "float32"), np.zeros(n, np.float32)
     f(x, out)
     np.testing.assert_allclose(out, x + 1, rtol=1e-6)
-    assert "GOMP_parallel" in f.get_source()
+    assert "tk_parallel" in f.get_source()   # the thread pool (thread_pool.c)
 
 
 def test_parallel_body_sees_outer_variables_and_allocates_per_thread():

@@ -17,8 +17,8 @@ import llvmlite.ir as ir
 from tensorkiln.ir.dtypes import dtype_of
 
 __all__ = ["I1", "I8", "I32", "I64", "VOID", "PTR", "scalar_type", "value_type", "memory_type", "const_of", "lanes_of", "element_type", "splat",
-           "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare", "reused_heap_block", "run_worker_team",
-           "team_barrier"]
+           "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare", "reused_heap_block", "run_parallel",
+           "team_size", "count_done", "wait_until_done"]
 
 I1, I8, I32, I64 = ir.IntType(1), ir.IntType(8), ir.IntType(32), ir.IntType(64)
 VOID = ir.VoidType()
@@ -194,29 +194,39 @@ def reused_heap_block(builder: ir.IRBuilder, nbytes: ir.Value, name: str):
     return pointer, release
 
 
-def run_worker_team(builder: ir.IRBuilder, worker: ir.Function, closure: ir.Value, team_flag: ir.Value,
-                    threads: ir.Value) -> None:
-    """Run `worker(closure)` on `threads` threads: called in place when at most one (the closure's
-    `team_flag` slot set to 0), else on a libgomp team of its own (GOMP_parallel; flag 1).
-
-    A worker that meets its team mid-way must do so through `team_barrier`, which waits only when the
-    flag is set: called in place, the worker may be running inside another team's parallel region (a
-    whole-plan entry runs the steps of a concurrent level on a team), and a GOMP_barrier there would
-    wait for that team's other threads, which meet it at a different barrier: a deadlock (squeezenet at
-    2 threads hung this way once its 1x1 convs became GEMM calls)."""
+def run_parallel(builder: ir.IRBuilder, task: ir.Value, closure: ir.Value, threads: ir.Value) -> None:
+    """`tk_parallel(task, closure, threads)`: task(closure) on the calling thread and on up to threads - 1
+    workers of the pool (thread_pool.c). The task must claim its work from counters in the closure until
+    none is left: the pool then returns as soon as the work is done, without waiting for a worker the OS
+    has not scheduled yet (such a worker never starts). A region started inside another runs on its
+    caller alone, as libgomp runs nested regions."""
     module = builder.module
-    closure_pointer = builder.bitcast(closure, PTR)
-    with builder.if_else(builder.icmp_signed("<=", threads, I32(1))) as (alone, team):
-        with alone:
-            builder.store(I32(0), team_flag)
-            builder.call(worker, [closure_pointer])
-        with team:
-            builder.store(I32(1), team_flag)
-            gomp_parallel = declare(module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
-            builder.call(gomp_parallel, [builder.bitcast(worker, PTR), closure_pointer, threads, I32(0)])
+    tk_parallel = declare(module, "tk_parallel", ir.VoidType(), [PTR, PTR, I32])
+    builder.call(tk_parallel, [builder.bitcast(task, PTR), builder.bitcast(closure, PTR), threads])
 
 
-def team_barrier(builder: ir.IRBuilder, team_flag: ir.Value) -> None:
-    """GOMP_barrier when the worker runs on its own team (`team_flag`, loaded from the closure, is 1)."""
-    with builder.if_then(builder.icmp_signed("!=", team_flag, I32(0))):
-        builder.call(declare(builder.module, "GOMP_barrier", ir.VoidType(), []), [])
+def team_size(builder: ir.IRBuilder) -> ir.Value:
+    """The number of threads of the region the calling thread runs in (1 outside one): `tk_team_size()`."""
+    return builder.call(declare(builder.module, "tk_team_size", I32, []), [])
+
+
+def count_done(builder: ir.IRBuilder, counter: ir.Value) -> None:
+    """Atomically add one to the i32 `counter` (release): a piece of shared work is finished."""
+    builder.atomic_rmw("add", counter, I32(1), "release")
+
+
+def wait_until_done(builder: ir.IRBuilder, counter: ir.Value, total: int) -> None:
+    """Spin until the i32 `counter` reaches `total` (acquire): every piece, claimed by any thread of the
+    region, is finished. Only threads that claimed pieces are waited for, and they are running."""
+    function = builder.function
+    check = function.append_basic_block("wait.check")
+    spin = function.append_basic_block("wait.spin")
+    done = function.append_basic_block("wait.done")
+    builder.branch(check)
+    builder.position_at_end(check)
+    value = builder.load_atomic(counter, "acquire", 4)
+    builder.cbranch(builder.icmp_signed(">=", value, I32(total)), done, spin)
+    builder.position_at_end(spin)
+    builder.call(declare(builder.module, "sched_yield", I32, []), [])
+    builder.branch(check)
+    builder.position_at_end(done)

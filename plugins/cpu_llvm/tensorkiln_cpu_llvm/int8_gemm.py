@@ -49,8 +49,8 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .cgutils import (I1, I8, I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block, run_worker_team,
-                      team_barrier)
+from .cgutils import (I1, I8, I32, I64, PTR, VOID, alloca_in_entry, count_done, declare, for_range, reused_heap_block,
+                      run_parallel, wait_until_done)
 from .sgemm import MIN_FLOPS_PER_THREAD, NUM_THREADS_GLOBAL, _dynamic_loop, _minimum
 
 __all__ = ["Int8Isa", "ISAS", "Int8ConvPlan", "int8_conv_source"]
@@ -525,7 +525,7 @@ def _define_micro(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Functi
 
 
 _FIELDS = ("X", "W", "Bp", "Y", "sums", "x0", "x1", "x2", "w0", "w1", "w2", "y0", "y1", "y2", "accumulate",
-           "next_sliver", "next_item", "team")
+           "next_sliver", "next_item", "packed")
 
 
 def _closure_type() -> ir.LiteralStructType:
@@ -537,7 +537,7 @@ def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
 
 
 def _define_worker(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Function:
-    """worker(closure): take slivers to pack, wait for the team, take work items (each thread runs it)."""
+    """worker(closure): take slivers to pack, wait until all are packed, take work items (each thread runs it)."""
     pack = _define_pack(module, plan, f"{plan.symbol}.pack")
     micro = _define_micro(module, plan, f"{plan.symbol}.micro")
     function, builder = _internal(module, name, [PTR])
@@ -545,7 +545,8 @@ def _define_worker(module: ir.Module, plan: Int8ConvPlan, name: str) -> ir.Funct
     v = {field: builder.load(_field(builder, closure, field)) for field in _FIELDS[:15]}
     with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.slivers, "pack") as sliver:
         builder.call(pack, [v["W"], v["w0"], v["w1"], v["w2"], v["Bp"], v["sums"], sliver])
-    team_barrier(builder, builder.load(_field(builder, closure, "team")))
+        count_done(builder, _field(builder, closure, "packed"))
+    wait_until_done(builder, _field(builder, closure, "packed"), plan.slivers)
     isa = plan.isa
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         # consecutive items share a column block: its slivers stay in the shared cache
@@ -583,7 +584,8 @@ def int8_conv_source(plan: Int8ConvPlan) -> str:
     nbytes = plan.slivers * plan.sliver_bytes + plan.slivers * plan.isa.nr * 4 + ALIGNMENT
     raw, release = reused_heap_block(builder, I64(nbytes), f"{plan.symbol}.Bp")
     sums = builder.bitcast(builder.gep(raw, [I64(plan.slivers * plan.sliver_bytes)]), I32_PTR)
-    values = (x, w, raw, y, sums, *x_strides, *pad, *w_strides, *pad, *y_strides, *pad, accumulate, I64(0), I64(0))
+    values = (x, w, raw, y, sums, *x_strides, *pad, *w_strides, *pad, *y_strides, *pad, accumulate, I64(0), I64(0),
+              I32(0))
     for field, value in zip(_FIELDS, values):
         builder.store(value, _field(builder, closure, field))
     threads = builder.load(ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL))
@@ -591,7 +593,7 @@ def int8_conv_source(plan: Int8ConvPlan) -> str:
     threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
     useful = max(1, min(plan.items, 2 * plan.m * plan.out_channels * plan.k // (4 * MIN_FLOPS_PER_THREAD)))
     threads = _minimum(builder, threads, I32(useful))
-    run_worker_team(builder, worker, closure, _field(builder, closure, "team"), threads)
+    run_parallel(builder, worker, closure, threads)
     release()
     builder.ret_void()
     return str(module)

@@ -6,7 +6,7 @@ tensorkiln.sdk.plan_entry) emits, for the kernels already loaded in `module`::
     int32_t tensorkiln_plan_run(void** inputs, void** constants, uint8_t* arena, int32_t overlap,
                                 int32_t level_begin, int32_t level_end) {
       for each level from level_begin to level_end:   // one step per level when the plan has none
-        if min(overlap, width) > 1: GOMP_parallel(level_body, ...)   // thread t: steps j % team == t
+        if min(overlap, width) > 1: tk_parallel(level_body, ...)   // each thread claims the next step
         else for each step s of the level:
           if (controls[s]) return controls[s](inputs, constants, arena)  // If/Loop/Scan: plan_entry_control.py
           if (checks[s] && (code = checks[s](...))) return ...            // gather indices, before the kernel
@@ -21,8 +21,8 @@ shapes), so the IR and the time to build it stay small for any number of steps (
 for 45 steps on the loaded 2-core host, most of it MCJIT). It calls each kernel's packed function
 (abi.py), whose argument checks cost a few loads per argument, at the address the kernel has in
 `module`'s engine; the entry is compiled into an engine of its own (the addresses belong to this
-process, so the entry is never cached on disk). Parallel loops stay inside the kernels (libgomp,
-`tensorkiln_num_threads`).
+process, so the entry is never cached on disk). Parallel loops stay inside the kernels (the thread
+pool of thread_pool.c, `tensorkiln_num_threads`).
 
 `entry_object(artifact, spec, target)` emits the same entry calling the kernels by symbol, for
 `JITModule.export_library(path, plan_entry=spec)` to link beside them (deployed packages).
@@ -39,7 +39,7 @@ from tensorkiln.sdk.native import dtype_fields
 from tensorkiln.sdk.plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, PlanEntrySpec, spec_digest
 
 from .abi import TKARG_TYPE
-from .cgutils import I8, I32, I64, PTR, declare, for_range
+from .cgutils import I8, I32, I64, PTR, declare, for_range, run_parallel
 from .plan_entry_control import CONTROL_TYPE, emit_control, emit_index_checks
 from .host import machine_config, new_target_machine, target_machine
 
@@ -51,8 +51,8 @@ _PACKED_TYPE = ir.FunctionType(I32, [TKARG_TYPE.as_pointer(), I32])
 _ARENA, _INPUT, _CONSTANT = 0, 1, 2
 _SLOT_KINDS = {"arena": _ARENA, "input": _INPUT, "constant": _CONSTANT}
 # the entry's run-time context, shared by a level's team: inputs, constants, arena, error, level start, width
-_CONTEXT = ir.LiteralStructType([PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32, I32])
-_INPUTS, _CONSTANTS, _ARENA_FIELD, _ERROR, _LEVEL_START, _LEVEL_WIDTH = range(6)
+_CONTEXT = ir.LiteralStructType([PTR.as_pointer(), PTR.as_pointer(), PTR, I32, I32, I32, I32])
+_INPUTS, _CONSTANTS, _ARENA_FIELD, _ERROR, _LEVEL_START, _LEVEL_WIDTH, _NEXT_STEP = range(7)
 
 
 def _table(module: ir.Module, name: str, element: ir.Type, values: list) -> ir.GlobalVariable:
@@ -77,8 +77,9 @@ class _EntryBuilder:
         meta[a], dims[shape[a]]  ndim | code << 32 | bits << 40 | lanes << 48, and its extents
         levels[l] .. levels[l+1] the steps of concurrent level l
 
-    A level wider than one step runs on a libgomp team when the caller's `overlap` allows
-    (`GOMP_parallel`, thread t taking steps j % team == t), else in order."""
+    A level wider than one step runs on the thread pool when the caller's `overlap` allows
+    (`tk_parallel`, each thread claiming the level's next step from a counter until none is
+    left, so a thread that never starts holds nothing up), else in order."""
 
     def __init__(self, spec: PlanEntrySpec, signatures: list, callees: list[int | str]) -> None:
         """`callees`: each step's packed function, by address in this process or by symbol (for linking)."""
@@ -193,20 +194,26 @@ class _EntryBuilder:
         return function
 
     def _level_body(self, run_step: ir.Function) -> ir.Function:
-        """`void level_body(context*)`: thread t of the team runs the level's steps j with j % team == t."""
+        """`void level_body(context*)`: each thread of the region claims the level's next step until none is left."""
         function = ir.Function(self.module, ir.FunctionType(ir.VoidType(), [PTR]), "level_body")
         function.linkage = "internal"
         builder = ir.IRBuilder(function.append_basic_block("entry"))
         context = builder.bitcast(function.args[0], _CONTEXT.as_pointer())
-        thread = builder.call(declare(self.module, "omp_get_thread_num", I32, []), [])
-        team = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
         start = builder.load(self._field(builder, context, _LEVEL_START))
         width = builder.load(self._field(builder, context, _LEVEL_WIDTH))
-        with for_range(builder, I32(0), width, name="j") as j:
-            with builder.if_then(builder.icmp_signed("==", builder.urem(j, team), thread)):
-                code = builder.call(run_step, [context, builder.add(start, j)])
-                with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
-                    builder.store_atomic(code, self._field(builder, context, _ERROR), "monotonic", 4)
+        take = function.append_basic_block("step.take")
+        run = function.append_basic_block("step.run")
+        done = function.append_basic_block("step.done")
+        builder.branch(take)
+        builder.position_at_end(take)
+        j = builder.atomic_rmw("add", self._field(builder, context, _NEXT_STEP), I32(1), "monotonic")
+        builder.cbranch(builder.icmp_signed("<", j, width), run, done)
+        builder.position_at_end(run)
+        code = builder.call(run_step, [context, builder.add(start, j)])
+        with builder.if_then(builder.icmp_signed("!=", code, I32(0)), likely=False):
+            builder.store_atomic(code, self._field(builder, context, _ERROR), "monotonic", 4)
+        builder.branch(take)
+        builder.position_at_end(done)
         builder.ret_void()
         return function
 
@@ -227,17 +234,16 @@ class _EntryBuilder:
         context = builder.alloca(_CONTEXT, name="context")
         for field, value in ((_INPUTS, inputs), (_CONSTANTS, constants), (_ARENA_FIELD, arena)):
             builder.store(value, self._field(builder, context, field))
-        gomp_parallel = declare(self.module, "GOMP_parallel", ir.VoidType(), [PTR, PTR, I32, I32])
         with for_range(builder, level_begin, level_end, name="level") as level:
             start = self._at(builder, self.levels, level)
             width = builder.sub(self._at(builder, self.levels, builder.add(level, I32(1))), start)
             team = builder.select(builder.icmp_signed("<", overlap, width), overlap, width)
             with builder.if_else(builder.icmp_signed(">", team, I32(1))) as (together, in_order):
                 with together:
-                    for field, value in ((_ERROR, I32(0)), (_LEVEL_START, start), (_LEVEL_WIDTH, width)):
+                    for field, value in ((_ERROR, I32(0)), (_LEVEL_START, start), (_LEVEL_WIDTH, width),
+                                         (_NEXT_STEP, I32(0))):
                         builder.store(value, self._field(builder, context, field))
-                    builder.call(gomp_parallel, [builder.bitcast(level_body, PTR), builder.bitcast(context, PTR),
-                                                 team, I32(0)])
+                    run_parallel(builder, level_body, context, team)
                     failed = builder.load(self._field(builder, context, _ERROR))
                     with builder.if_then(builder.icmp_signed("!=", failed, I32(0)), likely=False):
                         builder.ret(failed)

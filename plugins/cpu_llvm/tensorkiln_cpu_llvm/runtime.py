@@ -22,12 +22,14 @@ from tensorkiln.ir.errors import ArtifactError, CompileError
 from tensorkiln.sdk import Artifact, RuntimeLoader, check_elf
 from tensorkiln.sdk.native import NativeModule
 
+from . import thread_pool
 from .host import machine_config, new_target_machine, target_machine
 
 __all__ = ["LLVMLoader", "JITModule", "link_shared_library", "RUNTIME_LIBRARIES", "AFFINITY_ENV"]
 
 RUNTIME_LIBRARIES = ("gomp", "m")
-"""Linked into every exported library: libgomp runs parallel loops, libm the math calls."""
+"""Linked into every exported library: libm for the math calls, libgomp for the thread count
+(omp_get_max_threads: OMP_NUM_THREADS, else the cores); parallel regions run on thread_pool.c."""
 _JIT_LIBRARIES = (*RUNTIME_LIBRARIES, "gcc_s")
 """The JIT also needs libgcc_s for float16 conversions (__truncdfhf2); `cc` links it by itself."""
 
@@ -77,6 +79,7 @@ def _load_runtime_libraries() -> None:
         except RuntimeError as error:
             raise CompileError(f"cpu_llvm needs lib{name} at run time ({path}): {error}; "
                                f"install it (e.g. apt-get install lib{name}1)") from None
+    thread_pool.load_into_process()   # tk_parallel / tk_team_size, after libgomp (its fallback)
 
 
 @functools.cache
@@ -105,8 +108,9 @@ def link_shared_library(object_code: bytes, path: str, libraries=(), extra_objec
         extern = []
         for library in libraries:
             extern += [library, f"-Wl,-rpath,{os.path.dirname(os.path.abspath(library))}"]
-        command = [compiler, "-shared", "-o", os.fspath(path), *objects, *extern,
-                   *(f"-l{name}" for name in RUNTIME_LIBRARIES)]
+        # the thread pool the kernels' parallel regions call, compiled into the library
+        command = [compiler, *thread_pool.COMPILE_FLAGS, "-shared", "-o", os.fspath(path), *objects,
+                   str(thread_pool.SOURCE), *extern, *(f"-l{name}" for name in RUNTIME_LIBRARIES)]
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise CompileError(f"linking {path} failed ({' '.join(command)}):\n{result.stderr}")

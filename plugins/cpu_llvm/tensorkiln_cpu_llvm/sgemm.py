@@ -12,7 +12,7 @@ Rapidly Instantiating BLAS Functionality"), with B packed once per call into nr-
 slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
 
     parallel, dynamic: pack sliver s of B                      (one sliver per work unit)
-    barrier
+    wait until every sliver is packed (by whichever thread claimed it)
     parallel, dynamic: for each work item (row block ib, column block jb):
       for pc in K / kc:                                         # kc x nr sliver of Bp stays in L1
         for jr in nc / nr:                                      # mc x kc block of A stays in L2
@@ -26,7 +26,8 @@ mask. Work items are taken from an atomic counter (dynamic scheduling), so a thr
 slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
 or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in place
 without a parallel region. With B read in place the caller packs the ragged sliver
-before the region, so the team meets only at its end.
+before the region, so the threads never wait for each other. The region runs on the pool of
+thread_pool.c, which returns once the work is done without waiting for threads that never started.
 """
 from __future__ import annotations
 
@@ -34,8 +35,8 @@ from dataclasses import dataclass
 
 import llvmlite.ir as ir
 
-from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, reused_heap_block, run_worker_team,
-                      team_barrier)
+from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, count_done, declare, for_range, reused_heap_block,
+                      run_parallel, wait_until_done)
 from .ukernels import F32, F32_PTR, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k
 
 __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
@@ -267,7 +268,7 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     return function
 
 
-_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item", "team")
+_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item", "packed")
 
 
 def _closure_type() -> ir.LiteralStructType:
@@ -301,7 +302,8 @@ def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: st
 
 def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: ir.Function | None,
                    name: str) -> ir.Function:
-    """worker(closure): take slivers to pack, wait for the team, take work items (each thread runs it)."""
+    """worker(closure): take slivers to pack, wait until every sliver is packed, take work items (each
+    thread of the region runs it; one thread alone does all the work)."""
     function = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
     function.linkage = "internal"
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -313,7 +315,8 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
             sliver = builder.add(taken, I64(first))
             out = builder.gep(values["Bp"], [builder.mul(taken, I64(plan.k * plan.tile.nr))], inbounds=True)
             builder.call(pack, [values["B"], values["ldb"], out, sliver])
-        team_barrier(builder, builder.load(_field(builder, closure, "team")))
+            count_done(builder, _field(builder, closure, "packed"))
+        wait_until_done(builder, _field(builder, closure, "packed"), plan.packed_slivers)
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         builder.call(item, [values["A"], values["lda"], values["B"], values["ldb"], values["Bp"], values["C"],
@@ -344,7 +347,7 @@ def sgemm_source(plan: GemmPlan) -> str:
         nbytes = -(-plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
         raw, release = reused_heap_block(builder, I64(nbytes), f"{plan.symbol}.Bp")
         packed = builder.bitcast(raw, F32_PTR)
-    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0))):
+    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0), I32(0))):
         builder.store(value, _field(builder, closure, field))
     if pack is not None and not plan.pack_b:
         builder.call(pack, [b, ldb, packed, I64(plan.slivers - 1)])
@@ -356,7 +359,7 @@ def sgemm_source(plan: GemmPlan) -> str:
     # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
     useful = max(1, min(plan.items, 2 * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
-    run_worker_team(builder, worker, closure, _field(builder, closure, "team"), threads)
+    run_parallel(builder, worker, closure, threads)
     if pack is not None:
         release()
     builder.ret_void()

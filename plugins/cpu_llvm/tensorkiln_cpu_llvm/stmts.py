@@ -1,14 +1,15 @@
 """stmts.py: tir statements -> LLVM control flow: stores, loops (serial, unrolled, vectorized, parallel),
 guards, allocations, lets and intrinsic calls.
 
-Parallel loops are outlined into a function `void body(void* closure)` run by
-libgomp: `GOMP_parallel(body, closure, num_threads, 0)`, or called directly when
-`tensorkiln_num_threads` is 1 (no fork/join at all). Iterations are scheduled
+Parallel loops are outlined into a function `void body(void* closure)` run on the
+thread pool (thread_pool.c): `tk_parallel(body, closure, threads)`, or called directly
+when `tensorkiln_num_threads` is 1 (no fork/join at all). Iterations are scheduled
 dynamically and guided (OpenMP's schedule(guided)): each thread takes, from an
 atomic counter in the closure, a chunk of the iterations left divided by
 GUIDED_DIVISOR x threads, until none are left. A thread that other processes slow
-down takes fewer chunks, so the region is not as slow as its slowest thread (a
-static split was: 2 threads slower than 1 on a loaded machine), and the chunks
+down takes fewer chunks, and one that has not started when the work is done never
+starts (the pool does not wait for it), so the region is not as slow as its slowest
+thread (a static split was: 2 threads slower than 1 on a loaded machine), and the chunks
 shrink towards the end, so the threads finish within an iteration or two of each
 other (fixed chunks of an eighth of the loop left a thread idle for up to an
 eighth of each region at 2 threads).
@@ -28,7 +29,7 @@ from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.ir.errors import CompileError
 
 from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, declare, for_range, lanes_of, memory_type,
-                      reused_heap_block, splat, value_type)
+                      reused_heap_block, run_parallel, splat, team_size, value_type)
 from .exprs import ExprCodegen
 
 __all__ = ["FunctionCodegen", "STACK_BYTES_LIMIT", "UNROLL_INLINE_LIMIT", "UNROLL_PARTIAL_COUNT", "NUM_THREADS_GLOBAL"]
@@ -223,10 +224,10 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         with builder.if_else(builder.icmp_signed("==", num_threads, I32(1))) as (alone, team):
             with alone:
                 builder.call(body, [builder.bitcast(closure, PTR)])
-            with team:
-                gomp_parallel = declare(self.module, "GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-                builder.call(gomp_parallel, [builder.bitcast(body, PTR), builder.bitcast(closure, PTR), num_threads,
-                                             I32(0)])
+            with team:   # 0: every core (OpenMP's count: OMP_NUM_THREADS, else the cores)
+                max_threads = builder.call(declare(self.module, "omp_get_max_threads", I32, []), [])
+                threads = builder.select(builder.icmp_signed(">", num_threads, I32(0)), num_threads, max_threads)
+                run_parallel(builder, body, closure, threads)
 
     def _outline(self, node: tir.For, name: str, closure_type, captured_vars, captured_buffers,
                  loop_type) -> ir.Function:
@@ -266,7 +267,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
     def _dynamic_chunks(self, counter: ir.Value, extent: ir.Value, loop_type: ir.Type):
         """Yields (first iteration, count) of each chunk this thread claims from the shared `counter` (guided)."""
         builder = self.builder
-        threads = builder.call(declare(self.module, "omp_get_num_threads", I32, []), [])
+        threads = team_size(builder)
         if loop_type != I32:
             threads = builder.sext(threads, loop_type)
         one = ir.Constant(loop_type, 1)

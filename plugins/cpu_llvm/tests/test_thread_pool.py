@@ -1,0 +1,105 @@
+"""thread_pool.c: parallel regions on tensorkiln's pool (revocable workers) or on libgomp, same results.
+
+Each check runs in a child process, so the backend (TENSORKILN_THREAD_POOL) and the CPUs the
+process may use are its own. On one CPU a region's workers are mostly not running when the
+caller finishes the work: the caller then closes the region and returns without them, and
+every kind of region must still compute every piece exactly once: a parallel loop (guided
+chunks), a GEMM whose threads wait for the packing of B (sgemm.py), and a plan level whose
+steps run concurrently (plan_entry.py), with the kernels inside those steps starting regions
+of their own (run on their caller alone).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tensorkiln_cpu_llvm import thread_pool
+
+_CHILD = r"""
+import os, sys, numpy as np, tensorkiln as tk
+from tensorkiln import graph, te
+from tensorkiln_cpu_llvm import thread_pool
+if sys.argv[1] == "one-cpu":
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+rng = np.random.default_rng(3)
+
+# a parallel loop
+a = te.placeholder((1001, 8), name="a")
+b = te.compute((1001, 8), lambda i, j: a[i, j] * 2.0 + 1.0, name="b")
+s = te.create_schedule(b.op)
+s[b].parallel(s[b].op.axis[0])
+loop = tk.build(s, [a, b], target="llvm", name="twice")
+x = rng.standard_normal((1001, 8), dtype=np.float32)
+
+# a GEMM that packs B (several slivers), in a graph whose two branches form a concurrent level
+d = graph.var("d", shape=(96, 256))
+w1, w2 = (rng.standard_normal((256, 320)).astype("float32") for _ in range(2))
+left = graph.nn.relu(graph.nn.matmul(d, graph.const(w1)))
+right = graph.nn.matmul(d, graph.const(w2)) * graph.const(np.float32(0.5))
+model = graph.Module.from_expr(graph.concatenate([left, right], axis=1))
+lib = tk.compile(model, "cpu_llvm")
+data = rng.standard_normal((96, 256)).astype("float32")
+expected = np.concatenate([np.maximum(data @ w1, 0), (data @ w2) * 0.5], axis=1)
+
+for threads in (1, 2, 3, 8):
+    tk.runtime.set_num_threads(threads)
+    for _ in range(20):
+        out = np.full((1001, 8), np.nan, np.float32)
+        loop(x, out)
+        assert np.array_equal(out, x * 2.0 + 1.0), threads
+        got = lib.run({"d": data})[0]
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
+print(thread_pool.backend(), len(lib.executor.plan.concurrent_levels))
+"""
+
+
+def _child(cpus: str, backend: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, thread_pool.BACKEND_ENV: backend}
+    return subprocess.run([sys.executable, "-c", _CHILD, cpus], env=env, capture_output=True, text=True, timeout=600)
+
+
+needs_compiler = pytest.mark.skipif(thread_pool.compiler() is None,
+                                    reason="the pool is built with a C compiler (scripts/setup.sh installs gcc)")
+
+
+@needs_compiler
+@pytest.mark.parametrize("cpus", ["all", "one-cpu"])
+def test_every_kind_of_region_computes_everything_once_on_the_pool(cpus):
+    result = _child(cpus, "pool")
+    assert result.returncode == 0, result.stderr[-3000:]
+    backend, concurrent = result.stdout.split()[-2:]
+    assert backend == "pool"
+    assert int(concurrent) >= 1   # the two branches form a concurrent level
+
+
+def test_the_libgomp_backend_gives_the_same_results():
+    result = _child("one-cpu", "libgomp")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split()[-2] == "libgomp"
+
+
+def test_an_unknown_backend_is_a_clear_error():
+    env = {**os.environ, thread_pool.BACKEND_ENV: "tbb"}
+    result = subprocess.run([sys.executable, "-c", "import tensorkiln as tk, numpy as np; from tensorkiln import te;"
+                             "a = te.placeholder((4,), name='a'); b = te.compute((4,), lambda i: a[i] + 1.0);"
+                             "tk.build(te.create_schedule(b.op), [a, b], target='llvm')"],
+                            env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0
+    assert "TENSORKILN_THREAD_POOL='tbb': use 'pool' (thread_pool.c) or 'libgomp'" in result.stderr
+
+
+@needs_compiler
+def test_the_pool_is_built_once_into_the_cache_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENSORKILN_CACHE_DIR", str(tmp_path))
+    thread_pool.pool_library.cache_clear()
+    try:
+        path = thread_pool.pool_library()
+        assert path is not None and path.startswith(str(tmp_path / "runtime"))
+        stamp = os.stat(path).st_mtime_ns
+        thread_pool.pool_library.cache_clear()
+        assert thread_pool.pool_library() == path and os.stat(path).st_mtime_ns == stamp
+    finally:
+        thread_pool.pool_library.cache_clear()
