@@ -236,11 +236,10 @@ def shape_of(inputs, attrs, out_type):
 
 def layout_transform(inputs, attrs, out_type):
     """Move data between layouts (NCHW, NHWC, NCHW8c, ...): dst index -> primal index -> src index."""
-    from ..graph.ops.layout import parse_layout
+    from ..graph.ops.layout import layout_index, parse_layout
     (x,) = inputs
-    src, dst = parse_layout(attrs.src_layout), parse_layout(attrs.dst_layout)
+    dst = parse_layout(attrs.dst_layout)
     dst_factor = {a.upper(): f for a, f in dst if f}
-    src_factor = {a.upper(): f for a, f in src if f}
     letters = [a for a, _ in dst]
 
     def body(*i):
@@ -249,13 +248,5 @@ def layout_transform(inputs, attrs, out_type):
             if factor:
                 continue
             primal[axis] = index * dst_factor[axis] + i[letters.index(axis.lower())] if axis in dst_factor else index
-        source = []
-        for axis, factor in src:
-            if factor:
-                source.append(primal[axis.upper()] % factor)
-            elif axis in src_factor:
-                source.append(primal[axis] // src_factor[axis])
-            else:
-                source.append(primal[axis])
-        return x[tuple(source)]
+        return x[layout_index(attrs.src_layout, primal)]
     return _injective(out_type.shape, body, "T_layout_transform")
