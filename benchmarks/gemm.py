@@ -12,6 +12,11 @@ for nn.matmul on cpu_llvm, the implementation its strategies choose with default
 micro-kernel with AVX-512 or 6x16 with AVX2, parallel rows). Each single-threaded (numpy limited to 1 thread with
 threadpoolctl, tensorkiln num_threads=1) and with all cores; medians of `repeat`
 timings, each ratio relative to numpy in the same thread setting.
+
+The tutorial schedule at 1024 on AVX-512 is bound by A, not by the code: its 32 rows of a block
+are 4 KB apart, so the broadcasts of A[row, k] all fall into one L1 set and miss (measured, 1
+core, Zen 5: 0.54x numpy at 1024, 0.99x at --size 1056, whose rows are 4224 bytes apart; 0.87x
+at 1024 with --avx2, where the FMAs are half as fast and the misses hide behind them).
 """
 import os
 import sys
