@@ -34,6 +34,8 @@ implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
       optimized text   printing the optimised module (the artifact's source)
       merge objects    the chunks' objects merged into one (parallel_compile.merge_objects, ld -r)
     plan             execution plan and its schedule (compiler.plan.build_plan, schedule_plan)
+    gc collections   Python's cyclic garbage collections, wherever they ran (gc.callbacks; counted in the
+                     phases above too): compiler/gc_tuning.py holds them back while a compile runs
 
 The targets (issue #11) are printed beside the totals: resnet50 <= 2 s, densenet121 <= 5 s.
 Timings on a shared machine are noisy: the load average is printed with them.
@@ -41,6 +43,7 @@ Timings on a shared machine are noisy: the load average is printed with them.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 import sys
@@ -120,7 +123,26 @@ def instrument(timer: PhaseTimer) -> None:
 
 PHASE_ORDER = ("frontend", "graph passes", "lower groups", "  te -> tir", "  loop passes", "emit", "  llvm ir build",
                "  llvm ir text", "  llvm parse", "  llvm optimise", "  object code", "  link chunks", "  llvm verify",
-               "  optimized text", "  merge objects", "plan")
+               "  optimized text", "  merge objects", "plan", "gc collections")
+
+
+class GcTimer:
+    """Wall and CPU seconds spent in Python's garbage collections (gc.callbacks)."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = 0.0
+        self._start = (0.0, 0.0)
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = (time.perf_counter(), time.process_time())
+        else:
+            self.wall += time.perf_counter() - self._start[0]
+            self.cpu += time.process_time() - self._start[1]
+
+
+_GC = GcTimer()
 
 
 def children_cpu() -> float:
@@ -134,6 +156,7 @@ def compile_once(name: str, timer: PhaseTimer, target: str) -> dict:
 
     model, _ = light_model(name)
     timer.reset()
+    _GC.wall = _GC.cpu = 0.0
     children = children_cpu()
     wall, cpu = time.perf_counter(), time.process_time()
     lib = tk.compile(model, target=target)
@@ -141,6 +164,7 @@ def compile_once(name: str, timer: PhaseTimer, target: str) -> dict:
     phases = {p: (timer.wall.get(p, 0.0), timer.cpu.get(p, 0.0)) for p in PHASE_ORDER}
     loop = sum(v for k, v in lib.pass_times.items() if k in _loop_pass_names())
     phases["  loop passes"] = (loop, loop)
+    phases["gc collections"] = (_GC.wall, _GC.cpu)
     return {"wall": wall, "cpu": cpu, "children": children_cpu() - children, "phases": phases,
             "kernels": sum(len(a.kernels) for a in lib.artifacts.values())}
 
