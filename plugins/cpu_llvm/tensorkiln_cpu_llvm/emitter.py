@@ -12,7 +12,9 @@ Pipeline (`LLVMEmitter.emit`):
 4. emit a position-independent object (assembly text only on request).
 
 A module of many kernels is optimised and compiled to object code in chunks by worker
-processes (parallel_compile.py); their bitcode is linked back into one module (the
+processes (parallel_compile.py), the kernels that need O3 first and the copy and elementwise
+kernels last, in chunks of their own with a light pipeline (`needs_full_pipeline`,
+llvm_passes.optimize); their bitcode is linked back into one module (the
 artifact's optimized IR) and their objects merged into one (`ld -r`; without a linker the
 parent emits the object of the linked module). The object computes what a serial compile
 makes. TENSORKILN_COMPILE_JOBS=1 keeps it in one process.

@@ -195,7 +195,8 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
                 break
             outputs[index] = optimize_chunk(resolved[index], link, parse)
     except BaseException:
-        # building or optimising a chunk failed here: no worker is left waiting for a job
+        # building or optimising a chunk failed here: no worker is left waiting for a job, and no
+        # thread feeding one outlives this call
         for process in processes:
             if process is not None and process.poll() is None:
                 process.kill()
@@ -203,8 +204,8 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
     finally:
         for _ in threads:
             queued.put(None)
-    for thread in threads:
-        thread.join()
+        for thread in threads:
+            thread.join()
     # a job a broken worker put back after this process stopped taking jobs
     return [output if output is not None else optimize_chunk(resolved[index], link, parse)
             for index, output in enumerate(outputs)]

@@ -6,6 +6,7 @@ import itertools
 import os
 import re
 import sys
+import threading
 
 import numpy as np
 import onnx
@@ -244,9 +245,11 @@ def test_a_chunk_that_fails_to_build_leaves_no_worker_waiting(monkeypatch):
         raise ValueError("chunk 1 cannot be built")
 
     monkeypatch.setattr(parallel_compile, "_start_worker", spy)
+    threads = threading.active_count()
     with pytest.raises(ValueError, match="chunk 1 cannot be built"):
         parallel_compile.optimize_chunks([lambda: None, failing_build])
     assert len(started) == 1
+    assert threading.active_count() == threads     # the thread feeding the worker ended with the call
     assert started[0] is None or started[0].wait(timeout=30) is not None
 
 
