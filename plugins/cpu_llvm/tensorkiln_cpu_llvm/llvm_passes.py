@@ -29,14 +29,15 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int
     """Run the default new-pass-manager pipeline (O0-O3) with loop/SLP vectorization from O2.
 
     `light` (a module of copy and elementwise kernels only, see emitter.needs_full_pipeline): from
-    O2, the O2 pipeline without loop unrolling. Such loops are vectorized all the same; what O3 and
-    unrolling add to them is code size (densenet121's 58 concatenation copies: 45 kB of IR each,
-    4.4 s of LLVM in all, against 2.3 s).
+    O2, the O1 pipeline with loop and SLP vectorization and without unrolling. Such loops are
+    vectorized all the same; what O3 and unrolling add to them is code size (densenet121's 54
+    concatenation copies: 45 kB of IR each, 4.4 s of LLVM in all, against 2.1 s) and no speed
+    (the light copies ran faster, its BN+ReLU kernels as fast).
     """
     if os.environ.get(REMARKS_ENV):
         _enable_remarks(os.environ[REMARKS_ENV])
     light = light and opt_level >= 2
-    options = llvm.create_pipeline_tuning_options(speed_level=2 if light else opt_level)
+    options = llvm.create_pipeline_tuning_options(speed_level=1 if light else opt_level)
     options.loop_vectorization = opt_level >= 2
     options.slp_vectorization = opt_level >= 2
     options.loop_unrolling = opt_level >= 2 and not light
