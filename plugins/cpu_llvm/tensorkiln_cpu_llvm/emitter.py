@@ -216,9 +216,10 @@ class LLVMEmitter(Emitter):
         """
         # kernels that need the full pipeline first (the costliest chunks are taken first), then the
         # copy and elementwise kernels, in chunks of their own optimised with the light pipeline
-        full = [f for f in funcs if needs_full_pipeline(f)]
+        needs_full = [needs_full_pipeline(f) for f in funcs]
+        full = [f for f, flag in zip(funcs, needs_full) if flag]
         costs = [FULL_PIPELINE_COST] * len(full) + [1.0] * (len(funcs) - len(full))
-        chunks = _cut([*full, *(f for f in funcs if not needs_full_pipeline(f))],
+        chunks = _cut([*full, *(f for f, flag in zip(funcs, needs_full) if not flag)],
                       chunk_sizes(len(funcs), jobs, costs), len(full))
         full = {f.name for f in full}
         owner = len(chunks) - 1
