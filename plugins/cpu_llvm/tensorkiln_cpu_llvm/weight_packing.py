@@ -25,6 +25,7 @@ __all__ = ["pack_conv_weights", "packed_layout"]
 
 def packed_layout(node: Call, target) -> str | None:
     """"OHWI{n}o" for a conv call the pass packs, else None."""
+    from .host import cpu_facts
     from .strategies import conv_nhwc_tile
     from .strategies.ukernel import conv_applies
     attrs = node.attrs
@@ -38,14 +39,9 @@ def packed_layout(node: Call, target) -> str | None:
     out_width, out_channels = (int(d) for d in node.checked_type.shape[2:])
     in_channels = int(weight.value.shape[2])
     _, block = conv_nhwc_tile(out_width, out_channels, in_channels, target)
-    if block < _vector_lanes(target) or out_channels % block:
+    if block < cpu_facts(target).vector_bits // 32 or out_channels % block:   # narrower than one float32 vector
         return None
     return f"OHWI{block}o"
-
-
-def _vector_lanes(target) -> int:
-    from .host import cpu_facts
-    return cpu_facts(target).vector_bits // 32
 
 
 def pack_conv_weights(mod: Module, target=None) -> Module:

@@ -54,19 +54,21 @@ def _schedule(outputs, target, config):
 # ---- knob spaces --------------------------------------------------------------------------------
 
 
+def _default_accumulators(target) -> int:
+    """Three quarters of the vector registers; the rest hold the weight vectors and the broadcast
+    input (AVX-512: 24 of 32; AVX2: 12 of 16, as in the 6x16 GEMM micro-kernel)."""
+    return cpu_facts(target).vector_registers * 3 // 4
+
+
 def _conv_nhwc_space(workload, target) -> TuningSpace:
-    facts = cpu_facts(target)
-    # accumulators: three quarters of the vector registers, the rest hold the weight vectors and
-    # the broadcast input (AVX-512: 24 of 32; AVX2: 12 of 16, as in the 6x16 GEMM micro-kernel)
-    accumulators = facts.vector_registers * 3 // 4
+    accumulators = _default_accumulators(target)
     return TuningSpace((Knob("max_accumulators", _with_default((4, 8, 12, 16, 24), accumulators), accumulators),
                         Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH)))
 
 
 def conv_nhwc_tile(out_width: int, out_channels: int, in_channels: int, target) -> tuple[int, int]:
     """(output positions, output channels) of the NHWC register tile with the default knobs."""
-    facts = cpu_facts(target)
-    return nhwc_tile(out_width, out_channels, _lanes(target), facts.vector_registers * 3 // 4, DEFAULT_TILE_WIDTH,
+    return nhwc_tile(out_width, out_channels, _lanes(target), _default_accumulators(target), DEFAULT_TILE_WIDTH,
                      in_channels)
 
 
