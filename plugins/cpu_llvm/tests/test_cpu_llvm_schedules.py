@@ -219,6 +219,29 @@ def test_conv2d_with_a_blocked_weight_layout_matches_the_reference(data_layout, 
     np.testing.assert_allclose(got, _to_layout(expected, "NCHW", data_layout), rtol=1e-4, atol=1e-4)
 
 
+NHWC_TILE_CONFIGS = [dict(max_accumulators=28, max_tile_width=14, tile_rows=2),
+                     dict(max_accumulators=28, max_tile_width=16, tile_rows=1),
+                     dict(max_accumulators=8, max_tile_width=4, tile_rows=2)]
+
+
+@pytest.mark.parametrize("config", NHWC_TILE_CONFIGS, ids=str)
+@pytest.mark.parametrize("data_shape, weight_shape, keywords", CONV_SHAPES, ids=[str(s[:2]) for s in CONV_SHAPES])
+def test_nhwc_tile_knobs_keep_the_conv_result(config, data_shape, weight_shape, keywords):
+    """Tuned NHWC tiles (rows per tile, 28 accumulators, narrow tiles) over every conv kind, with packed weights
+    and a residual epilogue: the plain conv's result. Rows per tile that do not divide the output rows (17 -> 9
+    rows) fall back to a divisor."""
+    kernel_layout = "OHWI{}o".format(_output_block(weight_shape[0]))
+    attrs = Conv2DAttrs(**keywords, data_layout="NHWC", kernel_layout=kernel_layout)
+    inputs, out, conv = _conv_epilogue_group(data_shape, weight_shape, keywords, attrs, residual=True)
+    x, w, b = _random(*data_shape), _random(*weight_shape), _random(weight_shape[0])
+    residual = _random(*(int(d) for d in out.shape))
+    expected = np.maximum(get_op("nn.conv2d").reference(x, w, Conv2DAttrs(**keywords)) + b[None, :, None, None], 0)
+    arrays = [_to_layout(x, "NCHW", "NHWC"), _to_layout(w, "OIHW", kernel_layout), b, residual]
+    (got,) = run_schedule(schedule_for([out], LLVM, config={"max_accumulators": 24, "max_tile_width": 14, **config}),
+                          inputs, [out], arrays, "llvm")
+    np.testing.assert_allclose(got, _to_layout(expected, "NCHW", "NHWC") + residual, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("layout", ["OHWI16", "OHWI16c", "NHWC8c", "OHWI0o", "OHW16o"])
 def test_conv2d_names_a_kernel_layout_it_cannot_read(layout):
     with pytest.raises(graph.AttrsError, match=f"kernel_layout '{layout}' is not one of"):

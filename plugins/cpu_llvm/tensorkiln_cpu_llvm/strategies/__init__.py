@@ -15,7 +15,7 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.dense_split         nn.dense, one row              split, split_rows
     cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
     cpu_llvm.dense               tags dense, batch_matmul       row_block
-    cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width
+    cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width, tile_rows
     cpu_llvm.conv2d_nchw         NCHW conv tags                 channel_block, width_vectors
     cpu_llvm.pool / .softmax / .norm / .reduce / .injective     (no knobs)
 """
@@ -62,8 +62,12 @@ def _default_accumulators(target) -> int:
 
 def _conv_nhwc_space(workload, target) -> TuningSpace:
     accumulators = _default_accumulators(target)
-    return TuningSpace((Knob("max_accumulators", _with_default((4, 8, 12, 16, 24), accumulators), accumulators),
-                        Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH)))
+    # up to all registers but four: two weight vectors, the broadcast input and one spare (28 of 32)
+    most = cpu_facts(target).vector_registers - 4
+    candidates = [a for a in (4, 8, 12, 16, 24, 28) if a <= most]
+    return TuningSpace((Knob("max_accumulators", _with_default(candidates, accumulators), accumulators),
+                        Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH),
+                        Knob("tile_rows", (1, 2), 1)))
 
 
 def conv_nhwc_tile(out_width: int, out_channels: int, in_channels: int, target) -> tuple[int, int]:

@@ -179,7 +179,9 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
               for position (unrolled): acc[position][:] += data[.., rc] (broadcast) * w[ry, rx, rc, :]
             for position: out[b, y, x, :] = epilogue(acc[position][:])   (vectorized over channels)
 
-    The padded input is materialized first (its rows then need no bounds checks).
+    The padded input is materialized first (its rows then need no bounds checks). With the
+    `tile_rows` knob at 2, a tile spans two output rows (sharing the accumulators): a 7-wide output
+    then fills 28 accumulators (2 x 7 positions x 2 vectors) where one row filled 14.
     """
     groups = (anchor.op.attrs or {}).get("groups", 1)
     depthwise = groups > 1 and groups == int(output.shape[3])
@@ -198,8 +200,10 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     per_group = out_channels // groups
     grouped = groups > 1 and per_group > 1
     in_channels = extent_of(anchor.op.reduce_axis[-1])    # (ry, rx, rc): the channels per group
+    # rows per tile: a divisor of the output rows, each row of the tile taking its share of the accumulators
+    rows = 1 if grouped or depthwise else divisor_at_most(int(output.shape[1]), config.get("tile_rows", 1))
     width_block, channel_block = nhwc_tile(out_width, per_group if grouped else out_channels,
-                                           vector_lanes(target, acc.dtype), config["max_accumulators"],
+                                           vector_lanes(target, acc.dtype), config["max_accumulators"] // rows,
                                            config["max_tile_width"], in_channels, packed_block(anchor))
     if grouped:
         # Split by the group first: the input channel (o // per_group) * C/G + rc then
@@ -214,7 +218,11 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     else:
         channel_outer, channel_inner = out.split(channel, factor=channel_block)
         width_outer, width_inner = out.split(column, factor=width_block)
-        out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
+        if rows > 1:
+            row, row_inner = out.split(row, factor=rows)
+            out.reorder(batch, channel_outer, row, width_outer, row_inner, width_inner, channel_inner)
+        else:
+            out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
         parallel = out.fuse(channel_outer, row)
     # Only two loops are fused into the parallel one, and batch stays serial: a third would be
     # recovered through (fused // a) % b, which bound inference relaxes to the whole axis.
@@ -233,7 +241,11 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     stage = s[acc]
     b, y, x, o = stage.op.axis
     ry, rx, rc = stage.op.reduce_axis
-    stage.reorder(b, y, ry, rx, rc, x, o)
+    if rows > 1:
+        stage.reorder(b, ry, rx, rc, y, x, o)
+        stage.unroll(y)
+    else:
+        stage.reorder(b, y, ry, rx, rc, x, o)
     stage.unroll(x)
     if channel_block > 1:
         stage.vectorize(o)
