@@ -74,7 +74,12 @@ def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None):
         memo[key] = (node, result)
         return result
 
-    return visit(node)
+    try:
+        return visit(node)
+    finally:
+        # `visit` refers to itself through its closure: without this the cycle (and the memo of
+        # every node it rewrote) waited for the cyclic GC, a third of whose compile-time work it was
+        del visit
 
 
 def substitute(node, mapping: dict):
@@ -102,7 +107,10 @@ def post_order_visit(node, fn: Callable[[object], None]) -> None:
                         visit(v)
         fn(node)
 
-    visit(node)
+    try:
+        visit(node)
+    finally:
+        del visit   # break the self-reference (see rewrite)
 
 
 def collect_vars(node) -> list[n.Var]:
