@@ -127,6 +127,24 @@ def _product(values) -> int:
     return total
 
 
+PARALLEL_ITERATIONS = 32
+"""Iterations a fused parallel loop of an injective stage needs (chunks for the threads); loops inside
+them stay nested."""
+
+
+def _leading_parallel_loops(extents: list[int]) -> int:
+    """How many leading loops to fuse into the parallel one: the fewest whose iterations reach
+    PARALLEL_ITERATIONS. The loops inside stay nested, so an element's indices are not recovered from
+    the fused index by a division and a modulo per axis (a conv's NHWC pad: (1, 58, 58, 64) runs 58
+    rows of 58 x 4 vectors, not 13456 vectors each with three divisions and a bounds test)."""
+    total = 1
+    for count, extent in enumerate(extents, start=1):
+        total *= extent
+        if total >= PARALLEL_ITERATIONS:
+            return count
+    return len(extents)
+
+
 def schedule_injective_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
     """Injective stage: vectorize the innermost axis by a lanes divisor, fuse the rest, parallel if large."""
     stage = s[tensor]
@@ -147,7 +165,8 @@ def schedule_injective_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
             # stays its own loop, so elements are not each recovered from the fused index
             # with a division and a modulo per axis
             loops = outer_axes
-        fused = fuse_all(stage, loops)
+        extents = [*shape[:-1], shape[-1] // divisor_at_most(shape[-1], lanes)][:len(loops)]
+        fused = fuse_all(stage, loops[:_leading_parallel_loops(extents)])
         if fused is not None:
             stage.parallel(fused)
     elif len(outer_axes) > 1:
