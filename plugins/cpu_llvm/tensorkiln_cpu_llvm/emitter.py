@@ -46,6 +46,7 @@ from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_
 
 from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, declare, value_type
+from .gc_pause import collector_paused
 from .host import MachineConfig, machine_config, target_machine
 from .kernel_cache import cache_key, kernel_cache
 from .llvm_passes import REMARKS_ENV, link_intrinsic_sources, optimize
@@ -188,8 +189,10 @@ class LLVMEmitter(Emitter):
         if jobs > 1:
             parsed, unoptimized, module, binary = self._build_in_chunks(funcs, target, config, machine, jobs)
         else:
-            module = self._build_module(funcs, target, config, machine)
-            unoptimized = _unoptimized_text(module.llvm_module)
+            with collector_paused():
+                module = self._build_module(funcs, target, config, machine)
+                unoptimized = _unoptimized_text(module.llvm_module)
+                _dismantle(module.llvm_module)
             parsed = _parse(unoptimized, f"the module for {names}")
             self._link_intrinsics(parsed, module.linker.sources)
             if config.opt_level:
@@ -230,9 +233,11 @@ class LLVMEmitter(Emitter):
         def chunk_job(index: int) -> ChunkJob:
             # the owner is built last: the other chunks' libraries are known by then
             others = [name for b in built[:index] for name in b.linker.libraries] if index == owner else ()
-            built[index] = self._build_module(funcs, target, config, machine, kernels=chunks[index],
-                                              owns_globals=index == owner, libraries=others)
-            texts[index] = _unoptimized_text(built[index].llvm_module)
+            with collector_paused():
+                built[index] = self._build_module(funcs, target, config, machine, kernels=chunks[index],
+                                                  owns_globals=index == owner, libraries=others)
+                texts[index] = _unoptimized_text(built[index].llvm_module)
+                _dismantle(built[index].llvm_module)
             return ChunkJob(texts[index], tuple(built[index].linker.sources.items()), config.triple, config.cpu,
                             config.features, config.opt_level, emit_object=merge,
                             light=not any(f.name in full for f in chunks[index]))
@@ -295,6 +300,24 @@ class LLVMEmitter(Emitter):
     @staticmethod
     def _link_intrinsics(parsed: llvm.ModuleRef, sources) -> None:
         link_intrinsic_sources(parsed, sources, parse=_parse, error=CompileError)
+
+
+def _dismantle(module: ir.Module) -> None:
+    """Break the reference cycles of a built llvmlite module once its text is made (nothing reads it
+    after): every value names its parent (instruction -> block -> function -> module, which lists
+    them), so a dropped module waited for the cyclic GC, and densenet121's modules were two thirds
+    of the garbage a compile leaves to it. Types and constants, which modules share, are left alone."""
+    for value in module.globals.values():
+        for block in getattr(value, "blocks", ()):
+            for instruction in block.instructions:
+                instruction.__dict__.clear()
+            block.__dict__.clear()
+        for argument in getattr(value, "args", ()):
+            argument.__dict__.clear()
+        value.__dict__.clear()
+    for node in (*module.metadata, *module.namedmetadata.values()):
+        node.__dict__.clear()
+    module.__dict__.clear()
 
 
 def _unoptimized_text(module: ir.Module) -> str:
