@@ -128,9 +128,15 @@ class CacheSizes:
     l1d: int
     l2: int
     l3: int
+    l1d_ways: int = 8
+
+    @property
+    def l1d_way_bytes(self) -> int:
+        """Bytes of one L1 way (sets x line): addresses this far apart fall into the same set (4 KB on x86)."""
+        return max(64, self.l1d // max(1, self.l1d_ways))
 
 
-DEFAULT_CACHES = CacheSizes(l1d=32 * 1024, l2=512 * 1024, l3=8 * 1024 * 1024)
+DEFAULT_CACHES = CacheSizes(l1d=32 * 1024, l2=512 * 1024, l3=8 * 1024 * 1024, l1d_ways=8)
 """When the host does not say (no sysfs): common sizes of current x86 and Arm server cores."""
 _CACHE_ROOT = "/sys/devices/system/cpu/cpu0/cache"
 
@@ -155,7 +161,7 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
     import glob
     import os
 
-    found = {}
+    found, ways = {}, DEFAULT_CACHES.l1d_ways
     for index in sorted(glob.glob(os.path.join(root, "index*"))):
         try:
             with open(os.path.join(index, "level")) as level, open(os.path.join(index, "type")) as kind, \
@@ -165,12 +171,18 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
             continue
         if kind_text in ("Data", "Unified") and size_text:
             found.setdefault(int(level_text), parse_size(size_text))
+            if level_text == "1":
+                try:
+                    with open(os.path.join(index, "ways_of_associativity")) as associativity:
+                        ways = int(associativity.read().strip()) or ways
+                except (OSError, ValueError):
+                    pass
     return CacheSizes(l1d=found.get(1, DEFAULT_CACHES.l1d), l2=found.get(2, DEFAULT_CACHES.l2),
-                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)))
+                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)), l1d_ways=ways)
 
 
 def cache_sizes(target) -> CacheSizes:
-    """The host's caches, each overridable by a target option (-l1_cache=48K -l2_cache=1M -l3_cache=32M)."""
+    """The host's caches, each overridable by a target option (-l1_cache=48K -l2_cache=1M -l3_cache=32M -l1_ways=12)."""
     from tensorkiln.ir.errors import TargetError
 
     host = _host_caches()
@@ -181,7 +193,10 @@ def cache_sizes(target) -> CacheSizes:
             sizes[field] = parse_size(given) if given else getattr(host, field)
         except ValueError as error:
             raise TargetError(f"cpu_llvm option -{option}={given}: {error}") from None
-    return CacheSizes(**sizes)
+    ways = target.options.get("l1_ways")
+    if ways is not None and int(ways) <= 0:
+        raise TargetError(f"cpu_llvm option -l1_ways={ways}: the L1 associativity must be a positive number of ways")
+    return CacheSizes(**sizes, l1d_ways=int(ways) if ways else host.l1d_ways)
 
 
 def cpu_facts(target) -> CpuFacts:

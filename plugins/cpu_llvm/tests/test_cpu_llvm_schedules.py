@@ -26,7 +26,7 @@ from tensorkiln.graph.ops.layout import layout_shape
 from tensorkiln.graph.ops.nn import BiasAddAttrs, Conv2DAttrs
 from tensorkiln.graph.types import TensorType
 from tensorkiln.ir.dtypes import to_numpy
-from tensorkiln.ir.errors import UnsupportedOpError
+from tensorkiln.ir.errors import TargetError, UnsupportedOpError
 from tensorkiln.ops import tags
 from tensorkiln.ops.nn.conv2d import conv2d_layout
 from tensorkiln.passes import PassContext
@@ -240,6 +240,42 @@ def test_nhwc_tile_knobs_keep_the_conv_result(config, data_shape, weight_shape, 
     (got,) = run_schedule(schedule_for([out], LLVM, config={"max_accumulators": 24, "max_tile_width": 14, **config}),
                           inputs, [out], arrays, "llvm")
     np.testing.assert_allclose(got, _to_layout(expected, "NCHW", "NHWC") + residual, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels, stride, rows, ways, widest", [
+    (1024, 1, 1, 12, 8),    # 4 KB apart: one L1 set, 8 of its 12 ways
+    (512, 2, 1, 12, 8),     # stride 2 over 512 channels: 4 KB apart too
+    (512, 1, 1, 12, 16),    # 2 KB apart: two sets, 8 positions each
+    (256, 1, 2, 12, 16),    # 1 KB apart, the second row 16 KB on: four sets
+    (1024, 1, 1, 8, 5),     # a 32 KB 8-way L1 (-l1_ways=8): 5 positions
+    (64, 1, 1, 12, 16),     # 256 bytes apart: no cap
+])
+def test_nhwc_tile_positions_sharing_an_l1_set_are_capped(channels, stride, rows, ways, widest):
+    """anchors.l1_set_width against a count of the L1 sets each tile position's input line falls into."""
+    from tensorkiln_cpu_llvm.host import cache_sizes
+    from tensorkiln_cpu_llvm.strategies.anchors import l1_set_width
+
+    x = te.placeholder((1, 16, 16, channels), "float32", name="x")
+    w = te.placeholder((1, 1, channels, 32), "float32", name="w")
+    attrs = Conv2DAttrs(strides=(stride, stride), data_layout="NHWC", kernel_layout="HWIO")
+    out_type = TensorType(get_op("nn.conv2d").type_rule((TensorType(x.shape, "float32"), TensorType(w.shape, "float32")),
+                                                       attrs).shape, "float32")
+    conv = get_op("nn.conv2d").compute([x, w], attrs, out_type)
+    caches = cache_sizes(tk.target(f"llvm -l1_cache={ways * 4}K -l1_ways={ways}"))   # 4 KB ways
+    width = l1_set_width(conv, rows, 16, caches)
+    assert width == widest
+    sets = caches.l1d // ways // 64
+    def most_per_set(positions):
+        lines = {(r * 16 * stride + x * stride) * channels * 4 // 64 for r in range(rows) for x in range(positions)}
+        return max(sum(1 for line in lines if line % sets == s) for s in range(sets))
+    assert most_per_set(width) <= ways * 2 // 3 and (width == 16 or most_per_set(width + 1) > ways * 2 // 3)
+
+
+def test_l1_ways_option_is_checked():
+    from tensorkiln_cpu_llvm.host import cache_sizes
+
+    with pytest.raises(TargetError, match="l1_ways=0: the L1 associativity must be a positive"):
+        cache_sizes(tk.target("llvm -l1_ways=0"))
 
 
 @pytest.mark.parametrize("layout", ["OHWI16", "OHWI16c", "NHWC8c", "OHWI0o", "OHW16o"])

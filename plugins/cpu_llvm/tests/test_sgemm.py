@@ -94,3 +94,17 @@ def test_blocking_follows_the_caches_and_target_options():
 def test_a_bad_cache_option_is_a_clear_error():
     with pytest.raises(tk.ir.TensorkilnError, match="l2_cache=lots"):
         cache_sizes(tk.target("llvm -l2_cache=lots"))
+
+
+def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
+    from tensorkiln_cpu_llvm.host import _host_caches
+
+    for index, (level, kind, size, ways) in enumerate([("1", "Data", "48K", "12"), ("1", "Instruction", "32K", "8"),
+                                                       ("2", "Unified", "1024K", "16"), ("3", "Unified", "32768K", "16")]):
+        folder = tmp_path / f"index{index}"
+        folder.mkdir()
+        for name, text in (("level", level), ("type", kind), ("size", size), ("ways_of_associativity", ways)):
+            (folder / name).write_text(text + "\n")
+    caches = _host_caches(str(tmp_path))
+    assert (caches.l1d, caches.l2, caches.l3, caches.l1d_ways) == (48 * 1024, 1024 * 1024, 32 * 1024 * 1024, 12)
+    assert caches.l1d_way_bytes == 4096
