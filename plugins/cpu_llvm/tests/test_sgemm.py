@@ -58,10 +58,31 @@ def _check(module, m, n, k, dense=False):
     # enough work (> 2 x MIN_FLOPS_PER_THREAD) for the 2-thread runs to fork a team
     (131, 150, 270, "llvm -mcpu=haswell", False, {"kc": 64, "mc": 24, "nc": 32}),
     (131, 150, 270, "llvm", True, None),
+    # in place with rows 4 KB apart: slivers copied to the stack (gemm_blocking.copies_slivers), K blocks
+    (30, 1024, 200, "llvm -mcpu=haswell -l1_cache=32K -l1_ways=8", False, {"pack_b": False, "kc": 64}),
+    # 4160 B apart, 512 rows over a 4-way L1: 8 rows a set, copied; the ragged last sliver (nr 32) from the buffer
+    (9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", False, {"pack_b": False, "kc": 512}),
+    # packed B with a ragged sliver in the last packing group, several groups
+    (20, 16 * 19 + 5, 40, "llvm -mcpu=haswell", False, {"pack_b": True}),
 ])
 def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
     module, knobs = _build(m, n, k, target, dense, config)
     _check(module, m, n, k, dense)
+
+
+@pytest.mark.parametrize("n, kc, ways, copies", [(1024, 344, 12, True), (4096, 176, 12, True), (512, 384, 12, True),
+                                                 (1000, 344, 12, False), (4000, 344, 12, False), (1040, 64, 8, False),
+                                                 (1040, 512, 4, True)])
+def test_slivers_are_copied_when_their_rows_crowd_one_l1_set(n, kc, ways, copies):
+    """copies_slivers against a count of the rows of a kc-row sliver in each set of a 4 KB-way L1."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import copies_slivers
+
+    caches = cache_sizes(tk.target(f"llvm -l1_cache={4 * ways}K -l1_ways={ways}"))
+    crowded = max(sum(1 for row in range(kc) if (row * n * 4 // 64) % 64 == s) for s in range(64))
+    assert copies_slivers(n, kc, GemmTile(6, 16, 8), caches) == copies == (crowded > ways)
+    plan = gemm_plan(64, n, 1024, tk.target(f"llvm -mcpu=haswell -l1_cache={4 * ways}K -l1_ways={ways}"),
+                     {"pack_b": False, "kc": kc}, "kn")
+    assert plan.copy_slivers == copies and ("_copied_" in plan.symbol) == copies
 
 
 def test_a_plan_counts_its_work_and_refuses_blocks_off_the_tile():
