@@ -19,7 +19,8 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
           for ir in mc / mr:
             micro-kernel: C[ir:+mr, jr:+nr] (+)= A[ir:+mr, pc:+kc] @ Bp[jr / nr, pc:+kc, :]
 
-A is read where it is (rows `lda` apart). Edge tiles cost almost nothing: a tile with
+A is read where it is (rows `lda` apart). A B read in place (`pack_b` False: few rows reuse each
+sliver) whose rows crowd one L1 set has each kc x nr sliver copied to the stack first (`copy_slivers`). Edge tiles cost almost nothing: a tile with
 fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
 mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
@@ -221,53 +222,6 @@ def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     return function
 
 
-PACK_ROW_BYTES = 512
-"""Bytes of each row of B one packing unit reads contiguously: a unit packs this many bytes' worth of
-slivers, k outermost. One sliver per unit read 64 bytes per row, each row in another page when B's
-rows are 4 KB or more apart, so the hardware prefetcher (which stays within a page) fetched nothing
-ahead: 64x4096x1024 on AVX2 spent about a third of its time packing."""
-
-
-def pack_group(plan: GemmPlan) -> int:
-    """Slivers per packing unit of a row-major B (PACK_ROW_BYTES of each row)."""
-    return max(1, PACK_ROW_BYTES // (plan.tile.nr * 4))
-
-
-def _define_pack_group(module: ir.Module, plan: GemmPlan, single: ir.Function, name: str) -> ir.Function:
-    """pack_group(B, ldb, Bp, g): slivers g*G ... of a row-major B into Bp, k outermost, so each row is
-    read PACK_ROW_BYTES at a time; a ragged last sliver in the group is packed by `single` (masked)."""
-    tile, lanes, group = plan.tile, plan.tile.lanes, pack_group(plan)
-    full_slivers = plan.n // tile.nr
-    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
-    b, ldb, packed, unit = function.args
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
-    first = builder.mul(unit, I64(group))
-    # full slivers of this group: min(G, full_slivers - first), at least 0
-    count = builder.sub(_minimum(builder, builder.add(first, I64(group)), I64(full_slivers)), first)
-    count = builder.select(builder.icmp_signed("<", count, I64(0)), I64(0), count)
-    source = builder.gep(b, [builder.mul(first, I64(tile.nr))], inbounds=True)
-    out = builder.gep(packed, [builder.mul(first, I64(plan.k * tile.nr))], inbounds=True)
-    with for_range(builder, I64(0), I64(plan.k), name="k") as k:
-        row = builder.gep(source, [builder.mul(k, ldb)], inbounds=True)
-        written = builder.gep(out, [builder.mul(k, I64(tile.nr))], inbounds=True)
-        with for_range(builder, I64(0), count, name="j") as j:
-            for v in range(tile.vectors_per_row):
-                offset = builder.add(builder.mul(j, I64(tile.nr)), I64(v * lanes))
-                value = builder.load(_vector_pointer(builder, row, offset, lanes), align=4)
-                target = builder.add(builder.mul(j, I64(plan.k * tile.nr)), I64(v * lanes))
-                builder.store(value, _vector_pointer(builder, written, target, lanes), align=ALIGNMENT)
-    if plan.ragged:
-        last = plan.slivers - 1
-        holds = builder.icmp_signed("==", builder.sdiv(I64(last), I64(group)), unit)
-        with builder.if_then(holds):
-            builder.call(single, [b, ldb, builder.gep(packed, [I64(last * plan.k * tile.nr)], inbounds=True),
-                                  I64(last)])
-    builder.ret_void()
-    return function
-
-
 def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
                  depth: ir.Value, column: ir.Value, columns: ir.Value, sliver: ir.Value, stride: ir.Value):
     """(sliver, stride) of a full kc x nr sliver of B copied into a stack buffer (kept otherwise): read in
@@ -380,14 +334,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
     values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:8]}
-    if pack is not None and plan.pack_b and plan.b_layout == "kn":   # units of pack_group slivers, rows read in runs
-        units = -(-plan.slivers // pack_group(plan))
-        group = _define_pack_group(module, plan, pack, f"{plan.symbol}.pack_group")
-        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), units, "pack") as taken:
-            builder.call(group, [values["B"], values["ldb"], values["Bp"], taken])
-            count_done(builder, _field(builder, closure, "packed"))
-        wait_until_done(builder, _field(builder, closure, "packed"), units)
-    elif pack is not None and plan.pack_b:   # (B in place: the caller packed the ragged sliver, no barrier)
+    if pack is not None and plan.pack_b:   # (B in place: the caller packed the ragged sliver, no barrier)
         first = plan.slivers - plan.packed_slivers   # all, or only the ragged last one
         with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.packed_slivers, "pack") as taken:
             sliver = builder.add(taken, I64(first))

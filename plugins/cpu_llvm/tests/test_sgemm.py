@@ -62,7 +62,7 @@ def _check(module, m, n, k, dense=False):
     (30, 1024, 200, "llvm -mcpu=haswell -l1_cache=32K -l1_ways=8", False, {"pack_b": False, "kc": 64}),
     # 4160 B apart, 512 rows over a 4-way L1: 8 rows a set, copied; the ragged last sliver (nr 32) from the buffer
     (9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", False, {"pack_b": False, "kc": 512}),
-    # packed B with a ragged sliver in the last packing group, several groups
+    # packed B with a ragged last sliver
     (20, 16 * 19 + 5, 40, "llvm -mcpu=haswell", False, {"pack_b": True}),
 ])
 def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
