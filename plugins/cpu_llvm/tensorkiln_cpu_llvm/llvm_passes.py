@@ -25,7 +25,8 @@ def _enable_remarks(passes: str) -> None:
     llvm.set_option("tensorkiln", f"-pass-remarks-analysis={passes}")
 
 
-def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int, light: bool = False) -> None:
+def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int, light: bool = False,
+             vectorize: bool = True) -> None:
     """Run the default new-pass-manager pipeline (O0-O3) with loop/SLP vectorization from O2.
 
     `light` (a module of copy and elementwise kernels only, see emitter.needs_full_pipeline): from
@@ -33,13 +34,18 @@ def optimize(module: llvm.ModuleRef, machine: llvm.TargetMachine, opt_level: int
     vectorized all the same; what O3 and unrolling add to them is code size (densenet121's 54
     concatenation copies: 45 kB of IR each, 4.4 s of LLVM in all, against 2.1 s) and no speed
     (the light copies ran faster, its BN+ReLU kernels as fast).
+
+    `vectorize` False (a module of explicitly vectorized kernels, emitter.explicitly_vectorized):
+    no loop or SLP vectorization. Their loops hold vector code already, which the loop vectorizer
+    leaves alone, and SLP found only pairs of index computations to pack (in one of the 183 such
+    kernels of six light models, mostly convolutions; the others' objects were byte-identical).
     """
     if os.environ.get(REMARKS_ENV):
         _enable_remarks(os.environ[REMARKS_ENV])
     light = light and opt_level >= 2
     options = llvm.create_pipeline_tuning_options(speed_level=1 if light else opt_level)
-    options.loop_vectorization = opt_level >= 2
-    options.slp_vectorization = opt_level >= 2
+    options.loop_vectorization = opt_level >= 2 and vectorize
+    options.slp_vectorization = opt_level >= 2 and vectorize
     options.loop_unrolling = opt_level >= 2 and not light
     builder = llvm.create_pass_builder(machine, options)
     builder.getModulePassManager().run(module, builder)

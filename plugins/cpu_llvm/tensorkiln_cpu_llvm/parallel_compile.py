@@ -67,6 +67,7 @@ class ChunkJob:
     opt_level: int
     emit_object: bool = False   # also return the chunk's object code (merged by merge_objects)
     light: bool = False         # copy and elementwise kernels only: llvm_passes.optimize's light pipeline
+    vectorize: bool = True      # False: explicitly vectorized kernels only, LLVM's vectorizers are not run
 
 
 @dataclass(frozen=True)
@@ -144,7 +145,7 @@ def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] =
         machine = llvm.Target.from_triple(job.triple).create_target_machine(
             cpu=job.cpu, features=job.features, opt=job.opt_level, reloc="pic", codemodel="default")
     if job.opt_level:
-        optimize(module, machine, job.opt_level, light=job.light)
+        optimize(module, machine, job.opt_level, light=job.light, vectorize=job.vectorize)
     object_code = bytes(machine.emit_object(module)) if job.emit_object else None
     return ChunkResult(module.as_bitcode(), object_code)
 

@@ -1,0 +1,84 @@
+"""Which LLVM pipeline each chunk of kernels gets (emitter._pipeline_class): explicitly vectorized
+kernels (every store a vector store) skip LLVM's loop and SLP vectorizers, other kernels that need
+the full pipeline keep them, copies and elementwise kernels get the light pipeline; chunks never mix
+classes, and the model computes bit for bit what the serial compile (O3 everywhere) computes."""
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import onnx
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import te
+from tensorkiln_cpu_llvm import emitter, parallel_compile
+from tensorkiln_cpu_llvm.emitter import _cut, explicitly_vectorized
+from tensorkiln_cpu_llvm.parallel_compile import JOBS_ENV, chunk_sizes
+
+SQUEEZENET = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
+
+
+def _lowered(tensors, vectorize: bool, name: str):
+    out = tensors[-1]
+    schedule = te.create_schedule([out.op])
+    if vectorize:
+        _, inner = schedule[out].split(out.op.axis[-1], factor=8)
+        schedule[out].vectorize(inner)
+    return te.lower(schedule, list(tensors), name=name)
+
+
+def test_explicitly_vectorized_means_every_store_is_a_vector_store():
+    a, b = te.placeholder((16, 32), name="a"), te.placeholder((16, 32), name="b")
+    add = te.compute((16, 32), lambda i, j: a[i, j] + b[i, j], name="add")
+    assert explicitly_vectorized(_lowered([a, b, add], True, "vector_add"))
+    assert not explicitly_vectorized(_lowered([a, b, add], False, "scalar_add"))
+    k = te.reduce_axis((0, 32), name="k")
+    total = te.compute((16,), lambda i: te.sum(a[i, k], axis=k), name="total")
+    assert not explicitly_vectorized(_lowered([a, total], False, "total"))   # scalar accumulation
+
+
+def test_cut_at_several_boundaries():
+    for kernels, jobs in ((191, 2), (30, 2), (12, 2), (5, 3)):
+        sizes = chunk_sizes(kernels, jobs)
+        for boundaries in ([0, kernels], [kernels // 3, kernels // 2], [1, 2, kernels - 1], 7):
+            chunks = _cut(list(range(kernels)), sizes, boundaries)
+            assert [k for c in chunks for k in c] == list(range(kernels))
+            cuts = [boundaries] if isinstance(boundaries, int) else boundaries
+            assert all(c and not any(c[0] < b <= c[-1] for b in cuts) for c in chunks)
+
+
+@pytest.fixture(scope="module")
+def squeezenet_input():
+    return np.random.default_rng(3).standard_normal((1, 3, 224, 224)).astype(np.float32)
+
+
+def _run(monkeypatch, jobs: str, x):
+    monkeypatch.setenv("TENSORKILN_KERNEL_CACHE", "0")
+    monkeypatch.setenv(JOBS_ENV, jobs)
+    return tk.compile(onnx.load(SQUEEZENET), target="cpu_llvm").run(x)[0]
+
+
+def test_chunks_of_one_class_each_and_the_same_output_as_serial(monkeypatch, squeezenet_input):
+    serial = _run(monkeypatch, "1", squeezenet_input)
+    jobs = []
+    real_exchange, real_optimize = parallel_compile._exchange, parallel_compile.optimize_chunk
+    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: jobs.append(job)
+                        or real_exchange(process, job))
+    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: jobs.append(job)
+                        or real_optimize(job, *a, **k))
+    out = _run(monkeypatch, "2", squeezenet_input)
+    np.testing.assert_array_equal(out, serial)
+    kernels = {}
+    for job in jobs:
+        names = re.findall(r'^define i32 @"(\w+)"\(', job.text, re.M)
+        kernels.setdefault((job.light, job.vectorize), []).extend(names)
+    assert not kernels.get((True, False))                     # light chunks are vectorized by LLVM
+    vectorized = kernels[(False, False)]
+    assert vectorized and all(name.startswith(("fused_nn_conv2d", "fused_nn_max_pool2d")) for name in vectorized)
+    assert any(name.startswith("fused_nn_conv2d") for name in vectorized)
+    assert "fused_layout_transform" in kernels[(False, True)]    # scalar stores: LLVM may vectorize
+    assert all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
+               for name in kernels[(True, True)])
+    assert emitter._PIPELINE_CLASSES[0] == "vectorized"         # the costliest chunks are queued first
