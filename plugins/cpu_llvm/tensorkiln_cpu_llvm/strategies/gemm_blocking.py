@@ -36,6 +36,9 @@ MIN_TILE_ROWS = 4
 """Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
 WORK_ITEMS_PER_CORE = 4
 """Items per core for dynamic scheduling: a core slowed by other processes takes fewer."""
+MIN_COLUMN_SLIVERS = 2
+"""Slivers of the narrowest column block made for more work items, before rows are split (which reads
+every sliver once more per row block)."""
 
 
 def _round_up(value: int, step: int) -> int:
@@ -98,9 +101,9 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target) -> dict[str, int]:
     nc = _even(n_padded, nc, tile.nr)
     wanted = WORK_ITEMS_PER_CORE * _cores(target) if _cores(target) > 1 else 1
     row_blocks = -(-m // mc)
-    if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least 4 slivers wide
-        nc = max(min(nc, 4 * tile.nr), _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr),
-                                              tile.nr))
+    if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
+        nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
+                 _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
     if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
         mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
     return {"mc": mc, "kc": kc, "nc": nc}
