@@ -40,7 +40,7 @@ import dataclasses
 
 import numpy as np
 
-from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, owned_constant, post_order
+from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
 from ..graph.ops.layout import transform_layout
 from ..graph.ops.nn import KERNEL_LAYOUTS, POOL_LAYOUTS
 from ..graph.registry import Op, OpPattern
@@ -270,8 +270,10 @@ class _Converter:
         data = self.in_layout(call.args[0])
         weight = self.original(call.args[1])
         if isinstance(weight, Constant):
+            # a read-only view: a pass that rewrites the weight again (cpu_llvm packs it) copies it once,
+            # and the executor makes what is left contiguous and aligned when it loads its constants
             permutation = ["OIHW".index(axis) for axis in self.kernel_layout]
-            weight = owned_constant(np.ascontiguousarray(weight.value.transpose(permutation)))
+            weight = Constant(weight.value.transpose(permutation))
         else:
             weight = _transform(weight, "OIHW", self.kernel_layout)
         new_attrs = dataclasses.replace(attrs, data_layout=self.layout, kernel_layout=self.kernel_layout)

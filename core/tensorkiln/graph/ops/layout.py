@@ -119,7 +119,13 @@ def transform_layout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
             split_letters.append(axis)
             split_shape.append(sizes[axis])
     split = primal.reshape(split_shape)
-    return np.ascontiguousarray(split.transpose([split_letters.index(a) for a, _ in dst_axes]))
+    # written once into 64-byte-aligned memory: the executor then keeps a weight as it is instead of
+    # copying it again into aligned memory (sdk/host_arrays.py)
+    from ...sdk.host_arrays import aligned_empty
+    moved = split.transpose([split_letters.index(a) for a, _ in dst_axes])
+    out = aligned_empty(moved.shape, moved.dtype)
+    np.copyto(out, moved)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
