@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....graph.expr import Constant, Expr
+from ....graph.expr import Constant, Expr, owned_constant
 from ....graph.ops._rules import broadcast_shape
 from ....ir.dtypes import to_numpy
 from ....ir.errors import ShapeError
@@ -34,7 +34,7 @@ def _constant_of_shape(node: OnnxNode) -> Expr:
     if any(d < 0 for d in shape):
         raise ShapeError(f"ONNX node {node.name!r} (ConstantOfShape): shape {shape} has a negative dimension")
     node.check_fits(shape, str(np.asarray(fill).dtype), "the output")
-    return Constant(np.full(shape, fill, dtype=np.asarray(fill).dtype))
+    return owned_constant(np.full(shape, fill, dtype=np.asarray(fill).dtype))   # made here: not copied again
 
 
 @converter("Shape")
