@@ -310,18 +310,24 @@ def _dismantle(module: ir.Module) -> None:
     """Break the reference cycles of a built llvmlite module once its text is made (nothing reads it
     after): every value names its parent (instruction -> block -> function -> module, which lists
     them), so a dropped module waited for the cyclic GC, and densenet121's modules were two thirds
-    of the garbage a compile leaves to it. Types and constants, which modules share, are left alone."""
-    for value in module.globals.values():
+    of the garbage a compile leaves to it. Types and constants, which modules share, are left alone.
+    An object without a __dict__ (another llvmlite) is left to the collector, as before."""
+    def clear(value) -> None:
+        attributes = getattr(value, "__dict__", None)
+        if attributes is not None:
+            attributes.clear()
+
+    for value in getattr(module, "globals", {}).values():
         for block in getattr(value, "blocks", ()):
-            for instruction in block.instructions:
-                instruction.__dict__.clear()
-            block.__dict__.clear()
+            for instruction in getattr(block, "instructions", ()):
+                clear(instruction)
+            clear(block)
         for argument in getattr(value, "args", ()):
-            argument.__dict__.clear()
-        value.__dict__.clear()
-    for node in (*module.metadata, *module.namedmetadata.values()):
-        node.__dict__.clear()
-    module.__dict__.clear()
+            clear(argument)
+        clear(value)
+    for node in (*getattr(module, "metadata", ()), *getattr(module, "namedmetadata", {}).values()):
+        clear(node)
+    clear(module)
 
 
 def _unoptimized_text(module: ir.Module) -> str:
