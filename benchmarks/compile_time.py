@@ -37,6 +37,10 @@ implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
     gc collections   Python's cyclic garbage collections, wherever they ran (gc.callbacks; counted in the
                      phases above too): compiler/gc_tuning.py holds them back while a compile runs
 
+With --timeline, each model's chunks are listed too: which process optimised each one (the parent,
+or a worker), when it started and ended (seconds from the start of "emit"), its kernels and its
+pipeline (vectorized, full or light: emitter._pipeline_class). The processes should end together.
+
 The targets (issue #11) are printed beside the totals: resnet50 <= 2 s, densenet121 <= 5 s.
 Timings on a shared machine are noisy: the load average is printed with them.
 """
@@ -145,6 +149,53 @@ class GcTimer:
 _GC = GcTimer()
 
 
+class ChunkTimeline:
+    """When each chunk of a chunked module was optimised, and by which process (parallel_compile.py)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[tuple[str, float, float, int, str]] = []   # who, start, end, kernels, pipeline
+        self._emit_start = 0.0
+
+    def install(self) -> None:
+        import re
+
+        from tensorkiln_cpu_llvm import emitter, parallel_compile
+        timeline = self
+
+        def recording(function, who: str):
+            def wrapper(*args, **kwargs):
+                job = args[1] if who == "worker" else args[0]
+                start = time.perf_counter()
+                try:
+                    return function(*args, **kwargs)
+                finally:
+                    pipeline = "light" if job.light else "full" if getattr(job, "vectorize", True) else "vectorized"
+                    timeline.chunks.append((who, start - timeline._emit_start, time.perf_counter() - timeline._emit_start,
+                                            len(re.findall(r"^define i32 @", job.text, re.M)), pipeline))
+            return wrapper
+
+        def emit_wrapper(function):
+            def wrapper(*args, **kwargs):
+                timeline._emit_start = time.perf_counter()
+                return function(*args, **kwargs)
+            return wrapper
+
+        parallel_compile._exchange = recording(parallel_compile._exchange, "worker")
+        parallel_compile.optimize_chunk = recording(parallel_compile.optimize_chunk, "parent")
+        emitter.LLVMEmitter.emit = emit_wrapper(emitter.LLVMEmitter.emit)
+
+    def report(self, chunks) -> None:
+        if not chunks:
+            print("  (no chunks: the module was optimised in one piece)")
+            return
+        print(f"  {'chunk by':<9} {'start s':>7} {'end s':>7} {'kernels':>7}  pipeline")
+        for who, start, end, kernels, pipeline in sorted(chunks, key=lambda c: c[1]):
+            print(f"  {who:<9} {start:7.2f} {end:7.2f} {kernels:7d}  {pipeline}")
+
+
+_TIMELINE = ChunkTimeline()
+
+
 def children_cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -157,6 +208,7 @@ def compile_once(name: str, timer: PhaseTimer, target: str) -> dict:
     model, _ = light_model(name)
     timer.reset()
     _GC.wall = _GC.cpu = 0.0
+    _TIMELINE.chunks = []
     children = children_cpu()
     wall, cpu = time.perf_counter(), time.process_time()
     lib = tk.compile(model, target=target)
@@ -166,7 +218,7 @@ def compile_once(name: str, timer: PhaseTimer, target: str) -> dict:
     phases["  loop passes"] = (loop, loop)
     phases["gc collections"] = (_GC.wall, _GC.cpu)
     return {"wall": wall, "cpu": cpu, "children": children_cpu() - children, "phases": phases,
-            "kernels": sum(len(a.kernels) for a in lib.artifacts.values())}
+            "kernels": sum(len(a.kernels) for a in lib.artifacts.values()), "chunks": _TIMELINE.chunks}
 
 
 def _loop_pass_names() -> set[str]:
@@ -181,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1, help="compiles per model; the fastest wall time is reported")
     parser.add_argument("--jobs", type=int, default=None, help="TENSORKILN_COMPILE_JOBS (1: serial LLVM)")
     parser.add_argument("--target", default="cpu_llvm")
+    parser.add_argument("--timeline", action="store_true",
+                        help="list each chunk's process, start and end (from the start of emit), kernels and pipeline")
     args = parser.parse_args(argv)
     if args.jobs is not None:
         os.environ["TENSORKILN_COMPILE_JOBS"] = str(args.jobs)
@@ -190,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     wall, cpu = time.perf_counter(), time.process_time()
     timer = PhaseTimer()
     instrument(timer)
+    if args.timeline:
+        _TIMELINE.install()
     compile_once("squeezenet", timer, args.target)
     print(f"imports, plugin loading and a first compile (squeezenet): wall {time.perf_counter() - wall:.2f} s, "
           f"cpu {time.process_time() - cpu:.2f} s")
@@ -208,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         for phase in PHASE_ORDER:
             w, c = best["phases"][phase]
             print(f"  {phase:<18} {w:7.2f} {c:7.2f}")
+        if args.timeline:
+            _TIMELINE.report(best["chunks"])
     return 0
 
 
