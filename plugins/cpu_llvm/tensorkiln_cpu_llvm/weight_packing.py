@@ -19,6 +19,7 @@ than a vector (packing would not make their reads contiguous vectors).
 from __future__ import annotations
 
 from tensorkiln.graph import Call, Constant, Module, call, owned_constant, rewrite, transform_layout
+from tensorkiln.sdk.host_arrays import aligned_empty
 
 __all__ = ["pack_conv_weights", "packed_layout"]
 
@@ -56,7 +57,8 @@ def pack_conv_weights(mod: Module, target=None) -> Module:
         if layout is None:
             return None
         data, weight = node.args
-        packed = owned_constant(transform_layout(weight.value, "HWIO", layout))
+        # written once, 64-byte aligned: the executor keeps it as it is
+        packed = owned_constant(transform_layout(weight.value, "HWIO", layout, empty=aligned_empty))
         attrs = {name: getattr(node.attrs, name) for name in ("strides", "padding", "dilation", "groups",
                                                                 "data_layout", "out_dtype")}
         return call("nn.conv2d", data, packed, kernel_layout=layout, **attrs)

@@ -193,9 +193,10 @@ def _nhwc_conv_output():
     return tk.graph.get_op("nn.conv2d").compute([x, w], attrs, tk.graph.TensorType((1, 8, 8, 32), "float32"))
 
 
-@pytest.mark.parametrize("target, accumulators, tile, pack", [(HASWELL, 12, (6, 16), 16), (SKYLAKE, 24, (8, 32), 32)],
+@pytest.mark.parametrize("target, accumulators, tile, pack, gemm_tile",
+                         [(HASWELL, 12, (6, 16), 16, "4x24"), (SKYLAKE, 24, (8, 32), 32, "8x32")],
                          ids=["haswell", "skylake-avx512"])
-def test_knob_defaults_follow_the_cpu(target, accumulators, tile, pack):
+def test_knob_defaults_follow_the_cpu(target, accumulators, tile, pack, gemm_tile):
     conv = _implementation(target, "cpu_llvm.conv2d_nhwc")
     assert conv.space(Workload(outputs=(_nhwc_conv_output(),)), target).default_config()["max_accumulators"] == \
         accumulators
@@ -204,7 +205,9 @@ def test_knob_defaults_follow_the_cpu(target, accumulators, tile, pack):
     dense = graph.nn.dense(graph.var("x", shape=(48, 128)), graph.var("w", shape=(256, 128)))
     space = _implementation(target, "cpu_llvm.dense_ukernel").space(Workload(call=dense), target)
     (mc,) = [knob for knob in space.knobs if knob.name == "mc"]
-    assert all(value % tile[0] == 0 for value in mc.candidates)   # row blocks of whole register tiles
+    assert space.default_config()["tile"] == gemm_tile            # the whole-GEMM register tile (gemm_blocking.py)
+    rows = int(gemm_tile.split("x")[0])
+    assert all(value % rows == 0 for value in mc.candidates)      # row blocks of whole register tiles
     rows = graph.nn.dense(graph.var("x", shape=(3, 128)), graph.var("w", shape=(256, 128)))
     packed = _implementation(target, "cpu_llvm.dense_packed").space(Workload(call=rows), target)
     assert packed.default_config()["pack"] == pack               # two vectors of output columns

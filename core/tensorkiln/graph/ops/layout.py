@@ -95,8 +95,9 @@ def primal_sizes(shape: tuple[int, ...], layout: str) -> dict[str, int]:
     return sizes
 
 
-def transform_layout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
-    """numpy: `x` (in layout `src`) rearranged into layout `dst`."""
+def transform_layout(x: np.ndarray, src: str, dst: str, empty=np.empty) -> np.ndarray:
+    """numpy: `x` (in layout `src`) rearranged into layout `dst`, written once into `empty(shape, dtype)`
+    (a plugin packing weights passes sdk.host_arrays.aligned_empty: the executor then keeps them as they are)."""
     src_axes, dst_axes = parse_layout(src), parse_layout(dst)
     sizes = primal_sizes(x.shape, src)
     # src -> primal (in dst's primal order): put each block right after its outer axis, merge.
@@ -119,11 +120,8 @@ def transform_layout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
             split_letters.append(axis)
             split_shape.append(sizes[axis])
     split = primal.reshape(split_shape)
-    # written once into 64-byte-aligned memory: the executor then keeps a weight as it is instead of
-    # copying it again into aligned memory (sdk/host_arrays.py)
-    from ...sdk.host_arrays import aligned_empty
     moved = split.transpose([split_letters.index(a) for a, _ in dst_axes])
-    out = aligned_empty(moved.shape, moved.dtype)
+    out = empty(moved.shape, moved.dtype)
     np.copyto(out, moved)
     return out
 
