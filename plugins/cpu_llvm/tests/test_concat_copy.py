@@ -51,3 +51,23 @@ def test_large_rows_run_the_parallel_copy_at_two_threads():
                      "llvm -num_threads=2")
     for _ in range(3):
         np.testing.assert_array_equal(lib(a, b), np.concatenate([a, b], 3))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8", "float16", "int64"])
+@pytest.mark.parametrize("shapes, axis", [
+    ([(1, 5, 5, 37), (1, 5, 5, 16), (1, 5, 5, 3)], 3),     # chunks of whole vectors, vectors and a tail, a tail alone
+    ([(1, 37, 5, 5), (1, 16, 5, 5)], 1),                    # one row (NCHW batch 1): long chunks with a tail
+    ([(2, 33), (2, 64), (2, 1)], 1),
+])
+def test_vector_copies_with_tails_match_numpy(dtype, shapes, axis):
+    """Chunks copied as whole vectors plus an element-by-element rest (concat.py), for several element sizes."""
+    rng = np.random.default_rng(11)
+    arrays = [rng.uniform(-100, 100, shape).astype(dtype) for shape in shapes]
+    params = [graph.var(f"x{i}", shape=a.shape, dtype=dtype) for i, a in enumerate(arrays)]
+    for target in ("llvm", "llvm -mcpu=haswell"):
+        lib = tk.compile(graph.call("concatenate", *params, axis=axis), target)
+        assert _strategies(lib) == ["cpu_llvm.concat_copy"]
+        np.testing.assert_array_equal(lib(*arrays), np.concatenate(arrays, axis))
