@@ -31,7 +31,9 @@ for _ in range({runs}):
     for threads in (1, 2):
         tk.runtime.set_num_threads(threads)
         start = time.perf_counter(); lib.run(inputs); times[threads].append(time.perf_counter() - start)
-print(thread_pool.backend(), statistics.median(times[1]) * 1e3, statistics.median(times[2]) * 1e3)
+counts = thread_pool.pool_counts()
+print(counts["alone"], counts["backoffs"], thread_pool.backend(), statistics.median(times[1]) * 1e3,
+      statistics.median(times[2]) * 1e3)
 """
 
 
@@ -53,7 +55,8 @@ def main() -> None:
         spinner.start()
     try:
         print(f"{os.cpu_count()} cores, {args.busy} busy process(es) beside the runs; medians of {args.runs} runs")
-        print(f"{'model':12s} {'backend':8s} {'1 thread':>10s} {'2 threads':>10s} {'2t / 1t':>8s}")
+        print(f"{'model':12s} {'backend':8s} {'1 thread':>10s} {'2 threads':>10s} {'2t / 1t':>8s}  "
+              f"(pool: regions run alone while backed off, back-offs)")
         for model in args.models.split(","):
             for _ in range(args.rounds):
                 for backend in ("pool", "libgomp"):
@@ -63,9 +66,10 @@ def main() -> None:
                     if result.returncode != 0:
                         print(f"{model:12s} {backend:8s} failed: {result.stderr[-500:]}")
                         continue
-                    name, one, two = result.stdout.split()[-3:]
-                    print(f"{model:12s} {name:8s} {float(one):8.2f} ms {float(two):8.2f} ms {float(two) / float(one):8.2f}",
-                          flush=True)
+                    alone, backoffs, name, one, two = result.stdout.split()[-5:]
+                    counts = f"  ({alone} alone, {backoffs} back-offs)" if name == "pool" else ""
+                    print(f"{model:12s} {name:8s} {float(one):8.2f} ms {float(two):8.2f} ms {float(two) / float(one):8.2f}"
+                          f"{counts}", flush=True)
     finally:
         for spinner in spinners:
             spinner.terminate()

@@ -27,8 +27,8 @@ import llvmlite.ir as ir
 
 from tensorkiln.ir.errors import CompileError
 
-__all__ = ["SOURCE", "FUNCTIONS", "compiler", "pool_library", "load_into_process", "backend", "AFFINITY_MODES",
-           "BACKEND_ENV"]
+__all__ = ["SOURCE", "FUNCTIONS", "compiler", "pool_library", "load_into_process", "backend", "pool_counts",
+           "AFFINITY_MODES", "BACKEND_ENV"]
 
 SOURCE = Path(__file__).with_name("thread_pool.c")
 FUNCTIONS = ("tk_parallel", "tk_team_size")
@@ -99,6 +99,19 @@ def load_into_process() -> str:
         _define_over_libgomp()
         _backend.append("libgomp")
     return _backend[0]
+
+
+def pool_counts() -> dict[str, int]:
+    """Regions this process ran on the pool's team ("pooled"), on the caller alone while backed off from a
+    loaded machine ("alone"), and how often it backed off ("backoffs"); all zero under libgomp or before
+    the pool is loaded. A 2-thread run no faster than 1 thread with many "alone" regions was backed off."""
+    import ctypes
+    path = pool_library() if backend() == "pool" else None
+    if path is None:
+        return {"pooled": 0, "alone": 0, "backoffs": 0}
+    counts = (ctypes.c_int64 * 3)()
+    ctypes.CDLL(path).tk_pool_counts(counts)
+    return {"pooled": counts[0], "alone": counts[1], "backoffs": counts[2]}
 
 
 def _set_affinity(path: str) -> None:

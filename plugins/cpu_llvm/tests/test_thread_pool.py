@@ -52,7 +52,8 @@ for threads in (1, 2, 3, 8):
         assert np.array_equal(out, x * 2.0 + 1.0), threads
         got = lib.run({"d": data})[0]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
-print(thread_pool.backend(), len(lib.executor.plan.concurrent_levels))
+counts = thread_pool.pool_counts()
+print(thread_pool.backend(), len(lib.executor.plan.concurrent_levels), counts["pooled"] + counts["alone"])
 """
 
 
@@ -70,15 +71,17 @@ needs_compiler = pytest.mark.skipif(thread_pool.compiler() is None,
 def test_every_kind_of_region_computes_everything_once_on_the_pool(cpus):
     result = _child(cpus, "pool")
     assert result.returncode == 0, result.stderr[-3000:]
-    backend, concurrent = result.stdout.split()[-2:]
+    backend, concurrent, regions = result.stdout.split()[-3:]
     assert backend == "pool"
     assert int(concurrent) >= 1   # the two branches form a concurrent level
+    assert int(regions) >= 3 * 20   # pool_counts(): the 2-, 3- and 8-thread rounds each ran regions on the pool
 
 
 def test_the_libgomp_backend_gives_the_same_results():
     result = _child("one-cpu", "libgomp")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-2] == "libgomp"
+    backend, _, regions = result.stdout.split()[-3:]
+    assert backend == "libgomp" and regions == "0"   # pool_counts() counts the pool's regions only
 
 
 def test_an_unknown_backend_is_a_clear_error():
