@@ -6,8 +6,9 @@ Issue #11 asks that on a loaded machine 2 threads are never slower than 1 by mor
 This starts --busy processes that spin on a core each (what a neighbour's job does), then, for
 each model and each backend of cpu_llvm's parallel regions (TENSORKILN_THREAD_POOL=pool, the
 default, and libgomp), times whole runs at 1 and 2 threads alternately in one child process and
-prints the medians and the ratio 2t / 1t (below 1: 2 threads help; above: they hurt). The
-children of the two backends alternate too, so both see the same load.
+prints the medians and the ratio 2t / 1t (below 1: 2 threads help; above: they hurt), and for the
+pool how many regions ran on the caller alone while it was backed off, and how often it backed off
+(thread_pool.pool_counts()). The children of the two backends alternate too, so both see the same load.
 """
 from __future__ import annotations
 
