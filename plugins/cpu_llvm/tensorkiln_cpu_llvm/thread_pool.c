@@ -17,8 +17,9 @@
  * for that piece. Workers add up the CPU time they spent on the region's task; when regions take
  * longer than the caller alone would have (its own part plus that CPU time) by more than
  * WASTE_LIMIT of their time (a moving
- * average), the next regions run on the caller alone (BACKOFF_REGIONS, doubled while the pool keeps
- * failing right after each back-off), then the pool is tried again.
+ * average), or when the caller itself gets less than CALLER_SHARE_LIMIT of its core between the
+ * regions of a run, the next regions run on the caller alone (BACKOFF_REGIONS, doubled while the
+ * pool keeps failing right after each back-off), then the pool is tried again.
  *
  * The region word packs (region number << 32) | CLOSED | active workers; a worker joins with a
  * compare-and-swap that succeeds only while its region is open and not full. Idle workers spin
@@ -159,6 +160,30 @@ static double waste_average;   /* moving average of the fraction of a region's t
 static int32_t regions_alone, backoff_length = BACKOFF_REGIONS, regions_pooled;
 static int64_t count_pooled, count_alone, count_backoffs;   /* tk_pool_counts(): regions so far */
 
+/* The caller's share of a core between the starts of its regions less than a millisecond apart (a
+   run of kernels): below CALLER_SHARE_LIMIT on a moving average, the OS is giving the caller's core to
+   someone else, the pool's own spinning worker among them (three busy threads on two cores beside one
+   busy process), and each region's loss stays small while the run's serial parts slow down: shufflenet
+   ran 1.4-1.8x its 1-thread time at 2 threads with no region-level back-off. */
+#define CALLER_SHARE_LIMIT 0.8
+static __thread double last_start_wall, last_start_cpu, share_average = 1.0;
+
+static double thread_cpu_seconds(void);
+
+static int caller_starved(void) {
+    double wall = seconds_now(), cpu = thread_cpu_seconds();
+    double elapsed = wall - last_start_wall, used = cpu - last_start_cpu;
+    last_start_wall = wall;
+    last_start_cpu = cpu;
+    if (elapsed <= 0 || elapsed > 1e-3)   /* an idle gap between runs says nothing */
+        return 0;
+    share_average = 0.95 * share_average + 0.05 * (used < elapsed ? used / elapsed : 1.0);
+    if (share_average >= CALLER_SHARE_LIMIT)
+        return 0;
+    share_average = 1.0;
+    return 1;
+}
+
 void tk_parallel(tk_task task, void *argument, int32_t threads) {
     int32_t expected = 0;
     if (threads <= 1 || in_region || !atomic_compare_exchange_strong(&pool_busy, &expected, 1)) {
@@ -168,6 +193,15 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
     if (regions_alone > 0) {
         regions_alone--;
         count_alone++;
+        atomic_store(&pool_busy, 0);
+        run_alone(task, argument);
+        return;
+    }
+    if (caller_starved()) {
+        regions_alone = backoff_length;
+        count_backoffs++;
+        backoff_length = regions_pooled < 100 && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
+        regions_pooled = 0;
         atomic_store(&pool_busy, 0);
         run_alone(task, argument);
         return;

@@ -53,7 +53,8 @@ for threads in (1, 2, 3, 8):
         got = lib.run({"d": data})[0]
         np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-3)
 counts = thread_pool.pool_counts()
-print(thread_pool.backend(), len(lib.executor.plan.concurrent_levels), counts["pooled"] + counts["alone"])
+print(counts["backoffs"], thread_pool.backend(), len(lib.executor.plan.concurrent_levels),
+      counts["pooled"] + counts["alone"])
 """
 
 
@@ -71,10 +72,12 @@ needs_compiler = pytest.mark.skipif(thread_pool.compiler() is None,
 def test_every_kind_of_region_computes_everything_once_on_the_pool(cpus):
     result = _child(cpus, "pool")
     assert result.returncode == 0, result.stderr[-3000:]
-    backend, concurrent, regions = result.stdout.split()[-3:]
+    backoffs, backend, concurrent, regions = result.stdout.split()[-4:]
     assert backend == "pool"
     assert int(concurrent) >= 1   # the two branches form a concurrent level
     assert int(regions) >= 3 * 20   # pool_counts(): the 2-, 3- and 8-thread rounds each ran regions on the pool
+    if cpus == "one-cpu":   # the workers spin on the caller's only CPU: it is starved, and the pool backs off
+        assert int(backoffs) >= 1
 
 
 def test_the_libgomp_backend_gives_the_same_results():
