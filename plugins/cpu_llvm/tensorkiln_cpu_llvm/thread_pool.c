@@ -168,7 +168,14 @@ static int64_t count_pooled, count_alone, count_backoffs;   /* tk_pool_counts():
 #define CALLER_SHARE_LIMIT 0.8
 static __thread double last_start_wall, last_start_cpu, share_average = 1.0;
 
-static double thread_cpu_seconds(void);
+/* The next backoff_length regions run on the caller alone; the length doubles when the pool failed
+   again within 100 regions of the last back-off (state kept under the pool_busy flag). */
+static void back_off(void) {
+    regions_alone = backoff_length;
+    count_backoffs++;
+    backoff_length = regions_pooled < 100 && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
+    regions_pooled = 0;
+}
 
 static int caller_starved(void) {
     double wall = seconds_now(), cpu = thread_cpu_seconds();
@@ -198,10 +205,7 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
         return;
     }
     if (caller_starved()) {
-        regions_alone = backoff_length;
-        count_backoffs++;
-        backoff_length = regions_pooled < 100 && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
-        regions_pooled = 0;
+        back_off();
         atomic_store(&pool_busy, 0);
         run_alone(task, argument);
         return;
@@ -259,10 +263,7 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
            5 back-offs in 100 runs, against none) */
         waste_average = 0.9 * waste_average + 0.1 * (lost > 0 ? lost : 0) / (end - start);
         if (waste_average > WASTE_LIMIT) {
-            regions_alone = backoff_length;
-            count_backoffs++;
-            backoff_length = regions_pooled < 100 && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
-            regions_pooled = 0;
+            back_off();
             waste_average = 0.0;
         } else {
             regions_pooled++;
