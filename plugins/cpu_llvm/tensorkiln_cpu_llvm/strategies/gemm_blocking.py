@@ -59,9 +59,9 @@ def register_tiles(target, m: int | None = None) -> tuple[str, ...]:
     if facts.vector_registers >= 32:
         tiles = (f"8x{2 * lanes}", f"14x{2 * lanes}", f"6x{4 * lanes}", f"4x{4 * lanes}")
     else:
-        # 4x24 first: 7 loads per 12 FMAs (6x16: 8), and 4 rows pad M less; measured 1 core, AVX2, against
-        # 6x16: 64x4096x1024 0.84 -> 0.95x numpy, 1000^3 0.97 -> 1.02x, 3072x768x768 1.00 -> 1.04x, the
-        # other sweep shapes even or up to 0.02x better
+        # 4x24 first: 7 loads per 12 FMAs (6x16: 8), and 4 rows pad M less. Measured 1 core, AVX2, each
+        # tile on the same blocks, against 6x16: 64x4096x1024 0.84 -> 0.95x numpy, 1000^3 0.97 -> 1.02x,
+        # 3072x768x768 1.00 -> 1.04x, the other sweep shapes even or up to 0.02x better
         tiles = (f"4x{3 * lanes}", f"6x{2 * lanes}", f"4x{2 * lanes}")
     default_rows = int(tiles[0].split("x")[0])
     if m is None:
