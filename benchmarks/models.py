@@ -17,9 +17,11 @@ both sides. Columns:
 
     native   cpu_llvm for the host CPU
     avx2     cpu_llvm with -mcpu=haswell (AVX2 + FMA, 16 vector registers): what a user without
-             AVX-512 gets. onnxruntime cannot be restricted to AVX2 (MLAS picks its kernels at run
-             time), so on an AVX-512 host this column is against onnxruntime's AVX-512 kernels and
-             is pessimistic for tensorkiln.
+             AVX-512 gets, against what onnxruntime gives that user. On an AVX-512 host this column
+             runs in a child process that imports a copy of onnxruntime held to its AVX2 kernels
+             (ort_isa.py says how) and has OPENBLAS_CORETYPE=Haswell; --ort-isa native keeps
+             onnxruntime's AVX-512 kernels instead (pessimistic for tensorkiln). The environment
+             line says which onnxruntime each column measured.
 
 Per model and configuration: median ms of both, the ratio, compile seconds, kernel launches,
 the time outside kernels per launch (1 thread; kernel times from tk.runtime.profiler) of the Python
@@ -32,10 +34,14 @@ models and over the real-world graphs; a markdown table (models.md) and a bar ch
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 
@@ -49,6 +55,7 @@ from tensorkiln.ir.errors import TensorkilnError
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import real_graphs  # noqa: E402
 from ort_baseline import ort_session  # noqa: E402,F401  (executor_overhead.py imports it from here)
+import ort_isa  # noqa: E402
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = ("resnet50", "squeezenet", "densenet121", "inception_v1", "inception_v2", "shufflenet",
@@ -222,7 +229,10 @@ def environment_line(args) -> str:
     except ImportError:
         pass
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"tensorkiln {tk.__version__}, onnxruntime {ort.__version__}, numpy {np.__version__} ({blas}); "
+    held = ort_isa.held_sites(os.path.dirname(ort.__file__))
+    ort_isa_text = f"held to AVX2: {held}" if held else "native ISA"
+    return (f"tensorkiln {tk.__version__}, onnxruntime {ort.__version__} ({ort_isa_text}), "
+            f"numpy {np.__version__} ({blas}); "
             f"{os.cpu_count()} cores, load {load:.1f}; host CPU {tk.target('cpu_llvm').capabilities.vector_width_bits}-bit "
             f"vectors; median of {args.repeat} alternating runs, batch 1")
 
@@ -273,6 +283,37 @@ def bar_chart(suite: Suite, path: str) -> None:
     plt.close(figure)
 
 
+def held_avx2_child_wanted(args) -> bool:
+    """Whether the avx2 column runs in a child with onnxruntime held to AVX2 (AVX-512 host, not asked
+    otherwise, and not already that child)."""
+    return ("avx2" in args.isa and args.ort_isa == "held" and not args.results_json
+            and ort_isa.host_has_avx512())
+
+
+def run_avx2_child(argv: list[str] | None, suite: Suite) -> str:
+    """Run the avx2 column in a child process whose onnxruntime is held to AVX2 and whose OpenBLAS
+    uses its Haswell kernels; add its rows to `suite` and return its environment line. If the
+    library cannot be held, say so and measure against native onnxruntime in this process."""
+    try:
+        held_root = ort_isa.avx2_onnxruntime()
+    except RuntimeError as error:
+        print(f"avx2 column: {error}")
+        return "avx2 column against onnxruntime's native kernels: " + str(error)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    with tempfile.TemporaryDirectory() as scratch:
+        results = os.path.join(scratch, "avx2.json")
+        env = dict(os.environ, OPENBLAS_CORETYPE="Haswell",
+                   PYTHONPATH=os.pathsep.join(p for p in (held_root, os.environ.get("PYTHONPATH")) if p))
+        env.pop("OPENBLAS_L2_SIZE", None)
+        command = [sys.executable, os.path.abspath(__file__), *argv, "--isa", "avx2", "--no-plot",
+                   "--out", scratch, "--results-json", results]
+        subprocess.run(command, env=env, check=True)
+        with open(results) as handle:
+            child = json.load(handle)
+    suite.results += [Result(**row) for row in child["results"]]
+    return "avx2 column (child process): " + child["env"]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="all", help="all, light, graphs, or comma-separated names")
@@ -283,6 +324,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"),
                         help="folder for models.md and models.png")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG")
+    parser.add_argument("--ort-isa", choices=("held", "native"), default="held",
+                        help="onnxruntime in the avx2 column on an AVX-512 host: held to its AVX2 kernels "
+                             "(default; a child process, see ort_isa.py) or its native AVX-512 kernels")
+    parser.add_argument("--results-json", help=argparse.SUPPRESS)   # the avx2 child writes its rows here
     args = parser.parse_args(argv)
     args.threads = [int(t) for t in args.threads.split(",")]
     args.isa = [i.strip() for i in args.isa.split(",") if i.strip()]
@@ -297,8 +342,16 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(HEADER))
     suite = Suite()
     start = time.perf_counter()
+    child_isa = [i for i in args.isa if i == "avx2"] if held_avx2_child_wanted(args) else []
+    in_process = dict(vars(args), isa=[i for i in args.isa if i not in child_isa])
     for name, kind in models_to_run(args.models):
-        bench_model(name, kind, args, suite)
+        bench_model(name, kind, argparse.Namespace(**in_process), suite)
+    if child_isa:
+        env += "\n\n" + run_avx2_child(argv, suite)
+    if args.results_json:
+        with open(args.results_json, "w") as handle:
+            json.dump({"env": env, "results": [dataclasses.asdict(r) for r in suite.results]}, handle)
+        return 0
     print()
     for column in suite.columns():
         for kind, label in (("light", "light models"), ("graph", "real-world graphs")):
