@@ -42,7 +42,7 @@ import numpy as np
 
 from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
 from ..graph.ops.layout import transform_layout
-from ..graph.ops.nn import KERNEL_LAYOUTS, POOL_LAYOUTS
+from ..graph.ops.nn import DATA_LAYOUTS, KERNEL_LAYOUTS, POOL_LAYOUTS
 from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType
 from .manager import register_pass
@@ -74,8 +74,7 @@ def honoured_layouts() -> dict[str, dict[str, tuple[str, ...]]]:
     `{"nn.conv2d": {"data": ("NCHW", "NHWC"), "weight": ("OIHW", "HWIO", "OHWI")}}`.
     """
     # blocked weight layouts ("OHWI16o") are a target's packing of constant weights after this pass
-    choices = get_op("nn.conv2d").attrs_type._choices
-    return {"nn.conv2d": {"data": tuple(choices["data_layout"]), "weight": KERNEL_LAYOUTS}}
+    return {"nn.conv2d": {"data": DATA_LAYOUTS, "weight": KERNEL_LAYOUTS}}
 
 
 def check_preference(op: str, layout: str, weight_layout: str | None = None) -> str:

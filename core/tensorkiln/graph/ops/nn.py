@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,9 +55,26 @@ def is_blocked_kernel_layout(layout: str) -> bool:
     return sorted(primal_axes(layout)) == sorted("OIHW") and any(factor for _, factor in axes)
 
 
+DATA_LAYOUTS = ("NCHW", "NHWC")
+"""The plain data layouts of nn.conv2d; a blocked "NCHW{x}c" (x a power of two) is accepted too."""
+
+_BLOCKED_DATA = re.compile(r"^NCHW([0-9]+)c$")
+
+
+def data_layout_block(layout: str) -> int:
+    """x of a blocked data layout "NCHW{x}c" (x a power of two: "NCHW8c" -> 8), else 0."""
+    match = _BLOCKED_DATA.match(layout)
+    if not match:
+        return 0
+    block = int(match.group(1))
+    return block if block >= 1 and block & (block - 1) == 0 else 0
+
+
 @dataclass(frozen=True, slots=True)
 class Conv2DAttrs(Attrs):
-    """NCHW (or NHWC) data, OIHW (or HWIO, OHWI, or blocked: OHWI16o) weight; padding is (top, left, bottom, right)."""
+    """NCHW (or NHWC, or blocked NCHW{x}c) data, OIHW (or HWIO, OHWI, or blocked: OHWI16o, OIHW8i8o) weight;
+    padding is (top, left, bottom, right). NCHW{x}c data (x a power of two; TVM's conv2d_NCHWc) is
+    (N, C/x, H, W, x) and gives NCHW{x}c output; its groups must be 1."""
     strides: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -64,10 +82,16 @@ class Conv2DAttrs(Attrs):
     data_layout: str = "NCHW"
     kernel_layout: str = "OIHW"
     out_dtype: str = ""   # "int32": 8-bit integer inputs accumulate in int32 (as TVM's out_dtype); "" = the inputs'
-    _choices = {"data_layout": ("NCHW", "NHWC"), "out_dtype": ("", "int32")}
+    _choices = {"out_dtype": ("", "int32")}
 
     def _check(self) -> None:
         _pair_check(self, "strides", "dilation")
+        if self.data_layout not in DATA_LAYOUTS and not data_layout_block(self.data_layout):
+            self.fail(f"data_layout {self.data_layout!r} is not one of {DATA_LAYOUTS} nor a blocked layout "
+                      "NCHW{x}c with x a power of two such as 'NCHW8c'")
+        if data_layout_block(self.data_layout) and self.groups != 1:
+            self.fail(f"data_layout {self.data_layout!r} with groups={self.groups}: grouped and depthwise convs "
+                      "have no blocked compute; keep them in NCHW or NHWC")
         if self.kernel_layout not in KERNEL_LAYOUTS and not is_blocked_kernel_layout(self.kernel_layout):
             self.fail(f"kernel_layout {self.kernel_layout!r} is not one of {KERNEL_LAYOUTS} nor a blocked layout "
                       "of O, I, H, W such as 'OHWI16o'")
@@ -94,6 +118,8 @@ def _window_out(op: str, size: int, kernel: int, stride: int, dilation: int, pad
 def _conv2d_type(arg_types, attrs: Conv2DAttrs) -> TensorType:
     """Other layouts are checked as their NCHW / OIHW permutation (the shape rules are the same)."""
     data, weight = tensor_args("nn.conv2d", arg_types)
+    if data_layout_block(attrs.data_layout):
+        return _conv2d_type_blocked(data, weight, attrs)
     if attrs.kernel_layout not in KERNEL_LAYOUTS:   # blocked: checked as its OIHW sizes
         try:
             sizes = primal_sizes(weight.shape, attrs.kernel_layout)
@@ -107,6 +133,22 @@ def _conv2d_type(arg_types, attrs: Conv2DAttrs) -> TensorType:
         out = _conv2d_type_nchw((data, weight), attrs)
         return TensorType(_permute(out.shape, "NCHW", attrs.data_layout), out.dtype)
     return _conv2d_type_nchw((data, weight), attrs)
+
+
+def _conv2d_type_blocked(data: TensorType, weight: TensorType, attrs: Conv2DAttrs) -> TensorType:
+    """NCHW{x}c data (N, C/x, H, W, x): checked as its NCHW sizes; the output is NCHW{x}c too."""
+    block = data_layout_block(attrs.data_layout)
+    if data.ndim != 5 or data.shape[4] != block:
+        raise ShapeError(f"nn.conv2d: data {shape_text(data.shape)} is not in {attrs.data_layout}: expected "
+                         f"(N, C/{block}, H, W, {block}); insert a layout_transform from NCHW")
+    batch, outer, height, width, _ = data.shape
+    nchw = TensorType((batch, outer * block, height, width), data.dtype)
+    out = _conv2d_type(((nchw, weight)), dataclasses.replace(attrs, data_layout="NCHW"))
+    if out.shape[1] % block:
+        raise ShapeError(f"nn.conv2d: weight {shape_text(weight.shape)} ({attrs.kernel_layout}) has "
+                         f"{out.shape[1]} output channels, not divisible by the block {block} of data layout "
+                         f"{attrs.data_layout}; keep this conv in NCHW")
+    return TensorType((batch, out.shape[1] // block, out.shape[2], out.shape[3], block), out.dtype)
 
 
 def _permute(shape: tuple[int, ...], src: str, dst: str) -> tuple[int, ...]:
@@ -168,6 +210,10 @@ def _windows(x: np.ndarray, kernel, strides, dilation) -> np.ndarray:
 def _conv2d_reference(data: np.ndarray, weight: np.ndarray, attrs: Conv2DAttrs) -> np.ndarray:
     if (attrs.data_layout, attrs.kernel_layout) == ("NCHW", "OIHW"):
         return _conv2d_reference_nchw(data, weight, attrs)
+    if data_layout_block(attrs.data_layout):   # unblock, compute, reblock
+        nchw = _conv2d_reference(transform_layout(data, attrs.data_layout, "NCHW"), weight,
+                                 dataclasses.replace(attrs, data_layout="NCHW"))
+        return transform_layout(nchw, "NCHW", attrs.data_layout)
     data = data.transpose([attrs.data_layout.index(axis) for axis in "NCHW"])
     if attrs.kernel_layout in KERNEL_LAYOUTS:
         weight = weight.transpose([attrs.kernel_layout.index(axis) for axis in "OIHW"])

@@ -1,0 +1,93 @@
+"""ops/nn/conv2d_nchwc.py: conv2d of blocked NCHW{x}c data (TVM's conv2d_NCHWc), groups 1.
+
+Data (N, C/x, H, W, x), weight OIHW{x}i{x}o (O/x, C/x, KH, KW, x, x) or any other layout
+nn.conv2d accepts, output (N, O/x, OH, OW, x):
+
+    out[b, oc, y, x, ob] = sum_{rco, ry, rx, rci} pad(data)[b, rco, y*sh + ry*dh, x*sw + rx*dw, rci]
+                                                  * w[oc*x + ob, rco*x + rci, ry, rx]
+
+The reduction runs over (rco, ry, rx, rci), TVM's order: a target's schedule keeps the
+output-channel block `ob` innermost (one vector), unrolls a few output columns `x` (one
+register each) and streams rci, so each step is one broadcast input and one weight vector
+per column. Tag "conv2d_NCHWc"; any target runs it with the naive default schedule.
+Grouped and depthwise convs have no blocked compute (nn.conv2d's attributes refuse them).
+"""
+from __future__ import annotations
+
+from .. import tags
+from ... import te
+from ...graph.ops.layout import layout_index, primal_sizes
+from ...graph.ops.nn import data_layout_block
+from ...ir.errors import UnsupportedOpError
+from .._common import accumulate_dtype
+from ._accumulate import multiply_sum
+from . import conv2d as _conv2d
+from .conv2d import pad_spatial
+
+__all__ = ["conv2d_nchwc", "blocked_kernel_layout", "conv2d"]
+
+
+def blocked_kernel_layout(block: int) -> str:
+    """The weight layout that goes with NCHW{block}c data: "OIHW8i8o" (TVM's conv2d_NCHWc kernel)."""
+    return f"OIHW{block}i{block}o"
+
+
+def _weight_reader(weight: te.Tensor, kernel_layout: str, block: int):
+    """read(oc, ob, rco, rci, ry, rx) -> w[oc*x + ob, rco*x + rci, ry, rx] in `kernel_layout`."""
+    if kernel_layout == blocked_kernel_layout(block):   # direct: no index to simplify back
+        return lambda oc, ob, rco, rci, ry, rx: weight[oc, rco, ry, rx, rci, ob]
+    return lambda oc, ob, rco, rci, ry, rx: weight[layout_index(
+        kernel_layout, {"O": oc * block + ob, "I": rco * block + rci, "H": ry, "W": rx})]
+
+
+def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
+                 data_layout: str = "NCHW8c", kernel_layout: str = "OIHW8i8o",
+                 out_dtype: str | None = None) -> te.Tensor:
+    """conv2d of `data` in `data_layout` ("NCHW{x}c") with `weight` in `kernel_layout`; output in `data_layout`."""
+    block = data_layout_block(data_layout)
+    if not block:
+        raise UnsupportedOpError(f"nn.conv2d: conv2d_nchwc needs a blocked data layout NCHW{{x}}c, got "
+                                 f"{data_layout!r}")
+    batch, outer, height, width, _ = (int(d) for d in data.shape)
+    sizes = primal_sizes(tuple(int(d) for d in weight.shape), kernel_layout)
+    out_channels, in_channels, kernel_h, kernel_w = (sizes[a] for a in "OIHW")
+    if in_channels != outer * block or out_channels % block:
+        raise UnsupportedOpError(
+            f"nn.conv2d: {data_layout} data {tuple(data.shape)} and {kernel_layout} weight {tuple(weight.shape)} "
+            f"need input channels {outer * block} and output channels divisible by {block}")
+    (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
+    top, left, bottom, right = padding
+    out_h = (height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1
+    out_w = (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1
+    accumulate = out_dtype or accumulate_dtype(data.dtype)
+    padded = pad_spatial(data, padding, data_layout)
+    read_weight = _weight_reader(weight, kernel_layout, block)
+    rco = te.reduce_axis((0, outer), name="rco")
+    ry = te.reduce_axis((0, kernel_h), name="ry")
+    rx = te.reduce_axis((0, kernel_w), name="rx")
+    rci = te.reduce_axis((0, block), name="rci")
+
+    def body(b, oc, y, x, ob):
+        row = (y * stride_h if stride_h != 1 else y) + (ry * dil_h if dil_h != 1 else ry)
+        column = (x * stride_w if stride_w != 1 else x) + (rx * dil_w if dil_w != 1 else rx)
+        value = te.cast(padded[b, rco, row, column, rci], accumulate) * \
+            te.cast(read_weight(oc, ob, rco, rci, ry, rx), accumulate)
+        return multiply_sum(value, axis=[rco, ry, rx, rci])
+
+    conv = te.compute((batch, out_channels // block, out_h, out_w, block), body, name="T_conv2d",
+                      tag=tags.CONV2D_NCHWC,
+                      attrs={"strides": tuple(strides), "dilation": tuple(dilation), "groups": 1,
+                             "data_layout": data_layout, "kernel_layout": kernel_layout, "block": block})
+    if out_dtype is None and accumulate != data.dtype:
+        return te.compute(conv.shape, lambda *i: te.cast(conv[i], data.dtype), name="T_conv2d_cast",
+                          tag=tags.ELEMWISE)
+    return conv
+
+
+def conv2d(inputs, attrs, out_type):
+    """Registry compute of nn.conv2d: blocked NCHW{x}c data here, every other layout pair in ops/nn/conv2d.py."""
+    if not data_layout_block(attrs.data_layout):
+        return _conv2d.conv2d(inputs, attrs, out_type)
+    data, weight = inputs
+    return conv2d_nchwc(data, weight, attrs.strides, attrs.padding, attrs.dilation, attrs.data_layout,
+                        attrs.kernel_layout, attrs.out_dtype or None)
