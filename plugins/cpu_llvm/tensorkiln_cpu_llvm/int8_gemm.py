@@ -591,7 +591,7 @@ def int8_conv_source(plan: Int8ConvPlan) -> str:
     threads = builder.load(ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL))
     max_threads = builder.call(declare(module, "omp_get_max_threads", I32, []), [])
     threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
-    useful = max(1, min(plan.items, 2 * plan.m * plan.out_channels * plan.k // (4 * MIN_FLOPS_PER_THREAD)))
+    useful = max(1, min(plan.items, 2 * plan.m * plan.out_channels * plan.k // (16 * MIN_FLOPS_PER_THREAD)))
     threads = _minimum(builder, threads, I32(useful))
     run_parallel(builder, worker, closure, threads)
     release()

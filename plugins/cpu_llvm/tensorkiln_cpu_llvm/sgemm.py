@@ -5,6 +5,9 @@
     void SYMBOL(float* A, float* B, float* C, i64 lda, i64 ldb..., i64 ldc, i32 accumulate)
         C[M, N] (+)= A[M, K] @ B        B: "kn" B[K, N]; "nk" W[N, K] (C = A @ W.T);
                                            "packed" Bp[ceil(N / nr), K, nr] (two strides)
+    a batch of G GEMMs (batch > 1; "kn" or "nk"), each operand with a leading batch stride:
+    void SYMBOL(float* A, float* B, float* C, i64 sa, i64 lda, i64 sb, i64 ldb, i64 sc, i64 ldc, i32 accumulate)
+        C[g, M, N] (+)= A[g, M, K] @ B[g]  for g < G
 
 with M, N, K and every block size compiled in (the strategy specialises one function per
 workload). The loop nest, after BLIS (Van Zee & van de Geijn, "BLIS: A Framework for
@@ -27,7 +30,10 @@ mask. Work items are taken from an atomic counter (dynamic scheduling), so a thr
 slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
 or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in place
 without a parallel region. With B read in place the caller packs the ragged sliver
-before the region, so the threads never wait for each other. The region runs on the pool of
+before the region, so the threads never wait for each other. A batch shares one region: its
+slivers and work items are numbered across the batch (item i is GEMM i // items-per-GEMM), so
+G small GEMMs (grouped 1x1 convs, attention heads) are shared out together instead of running
+one after another, each too small to be split. The region runs on the pool of
 thread_pool.c, which returns once the work is done without waiting for threads that never started.
 """
 from __future__ import annotations
@@ -45,8 +51,11 @@ __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
 B_LAYOUTS = ("kn", "nk", "packed")
 NUM_THREADS_GLOBAL = "tensorkiln_num_threads"   # defined by the kernel module this function is linked into
 ALIGNMENT = 64
-MIN_FLOPS_PER_THREAD = 4_000_000
-"""Work per thread below which a GEMM runs on fewer threads (4 MFLOP: 20-40 us on one core)."""
+MIN_FLOPS_PER_THREAD = 1_000_000
+"""Work per thread below which a GEMM runs on fewer threads (1 MFLOP: 5-15 us on one core). Measured,
+2 threads against 1 MFLOP's predecessor 4 MFLOP, whole models, blocks of runs alternating: shufflenet
+(grouped 1x1 convs, a batch of four 1.8 MFLOP GEMMs each) 0.67x on AVX2 and 0.80x on AVX-512, tcn 0.92x
+and 0.96x, the transformer, GPT block, UNet, squeezenet and inception even (0.98-1.01x); at 1 thread even."""
 
 
 @dataclass(frozen=True)
@@ -63,12 +72,15 @@ class GemmPlan:
     b_layout: str = "kn"
     pack_b: bool = True    # False ("kn" only): full slivers are read from B in place, only a ragged last one is packed
     copy_slivers: bool = False   # (B in place) each kc x nr sliver is copied to the stack before its row tiles use it
+    batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {B_LAYOUTS}, got {self.b_layout!r}")
         if not self.pack_b and self.b_layout != "kn":
             raise ValueError(f"only a row-major B (b_layout 'kn') can be read in place, not {self.b_layout!r}")
+        if self.batch < 1 or (self.batch > 1 and self.b_layout == "packed"):
+            raise ValueError(f"batch={self.batch}: a batch is at least 1, of 'kn' or 'nk' B (a packed B is one weight)")
         if self.mc % self.tile.mr or self.nc % self.tile.nr or min(self.mc, self.nc, self.kc) <= 0:
             raise ValueError(f"mc={self.mc} must be a multiple of mr={self.tile.mr} and nc={self.nc} of "
                              f"nr={self.tile.nr}, kc={self.kc} positive")
@@ -98,14 +110,19 @@ class GemmPlan:
         return -(-self.n // self.nc)
 
     @property
-    def items(self) -> int:
+    def items_per_gemm(self) -> int:
         return self.row_blocks * self.column_blocks
+
+    @property
+    def items(self) -> int:
+        return self.batch * self.items_per_gemm
 
     @property
     def symbol(self) -> str:
         t = self.tile
         mode = "" if self.pack_b else "_copied" if self.copy_slivers else "_direct"
-        return (f"tk_sgemm_{self.b_layout}{mode}_{self.m}x{self.n}x{self.k}"
+        batch = f"_g{self.batch}" if self.batch > 1 else ""
+        return (f"tk_sgemm_{self.b_layout}{mode}{batch}_{self.m}x{self.n}x{self.k}"
                 f"_t{t.mr}x{t.nr}_b{self.mc}x{self.nc}x{self.kc}")
 
 
@@ -293,11 +310,24 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     return function
 
 
-_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "next_sliver", "next_item", "packed")
+_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "sa", "sb", "sc",
+                   "next_sliver", "next_item", "packed")
 
 
 def _closure_type() -> ir.LiteralStructType:
-    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I32])
+    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I64,
+                                 I64, I64, I32])
+
+
+def _batch_operands(builder: ir.IRBuilder, plan: GemmPlan, values: dict, g: ir.Value) -> dict:
+    """The A, B, Bp and C pointers of GEMM `g` of the batch (the values themselves without a batch)."""
+    if plan.batch == 1:
+        return values
+    packed = I64(plan.packed_slivers * plan.k * plan.tile.nr)
+    return dict(values, A=builder.gep(values["A"], [builder.mul(g, values["sa"])], inbounds=True),
+                B=builder.gep(values["B"], [builder.mul(g, values["sb"])], inbounds=True),
+                C=builder.gep(values["C"], [builder.mul(g, values["sc"])], inbounds=True),
+                Bp=builder.gep(values["Bp"], [builder.mul(g, packed)], inbounds=True))
 
 
 def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
@@ -333,19 +363,22 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     function.linkage = "internal"
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
-    values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:8]}
+    values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:11]}
     if pack is not None and plan.pack_b:   # (B in place: the caller packed the ragged sliver, no barrier)
-        first = plan.slivers - plan.packed_slivers   # all, or only the ragged last one
-        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), plan.packed_slivers, "pack") as taken:
-            sliver = builder.add(taken, I64(first))
-            out = builder.gep(values["Bp"], [builder.mul(taken, I64(plan.k * plan.tile.nr))], inbounds=True)
-            builder.call(pack, [values["B"], values["ldb"], out, sliver])
+        slivers = plan.batch * plan.packed_slivers   # numbered across the batch
+        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), slivers, "pack") as taken:
+            g, sliver = builder.udiv(taken, I64(plan.packed_slivers)), builder.urem(taken, I64(plan.packed_slivers))
+            operands = _batch_operands(builder, plan, values, g)
+            out = builder.gep(operands["Bp"], [builder.mul(sliver, I64(plan.k * plan.tile.nr))], inbounds=True)
+            builder.call(pack, [operands["B"], values["ldb"], out, sliver])
             count_done(builder, _field(builder, closure, "packed"))
-        wait_until_done(builder, _field(builder, closure, "packed"), plan.packed_slivers)
+        wait_until_done(builder, _field(builder, closure, "packed"), slivers)
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
-        builder.call(item, [values["A"], values["lda"], values["B"], values["ldb"], values["Bp"], values["C"],
-                            values["ldc"], index, values["accumulate"]])
+        g, local = builder.udiv(index, I64(plan.items_per_gemm)), builder.urem(index, I64(plan.items_per_gemm))
+        operands = _batch_operands(builder, plan, values, g)
+        builder.call(item, [operands["A"], values["lda"], operands["B"], values["ldb"], operands["Bp"],
+                            operands["C"], values["ldc"], local, values["accumulate"]])
     builder.ret_void()
     return function
 
@@ -357,11 +390,13 @@ def sgemm_source(plan: GemmPlan) -> str:
     pack = None if plan.packed_slivers == 0 else _define_pack(module, plan, f"{plan.symbol}.pack")
     worker = _define_worker(module, plan, micro, pack, f"{plan.symbol}.worker")
     # the strides of every dimension but the last of A, B (Bp: two) and C (the intrinsic convention)
-    a_rank, b_rank, c_rank = 2, 3 if plan.b_layout == "packed" else 2, 2
+    batched = int(plan.batch > 1)
+    a_rank, b_rank, c_rank = 2 + batched, (3 if plan.b_layout == "packed" else 2) + batched, 2 + batched
     function = ir.Function(module, ir.FunctionType(
         VOID, [F32_PTR, F32_PTR, F32_PTR, *([I64] * (a_rank + b_rank + c_rank - 3)), I32]), plan.symbol)
     a, b, c, *strides, accumulate = function.args
     lda, ldb, ldc = strides[a_rank - 2], strides[a_rank + b_rank - 3], strides[-1]
+    sa, sb, sc = (strides[0], strides[a_rank - 1], strides[a_rank + b_rank - 2]) if batched else (I64(0),) * 3
     for pointer in (a, b, c):
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -369,20 +404,23 @@ def sgemm_source(plan: GemmPlan) -> str:
     if pack is None:
         packed = b
     else:
-        nbytes = -(-plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
+        nbytes = -(-plan.batch * plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
         raw, release = reused_heap_block(builder, I64(nbytes), f"{plan.symbol}.Bp")
         packed = builder.bitcast(raw, F32_PTR)
-    for field, value in zip(_CLOSURE_FIELDS, (a, b, packed, c, lda, ldb, ldc, accumulate, I64(0), I64(0), I32(0))):
+    values = (a, b, packed, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0))
+    for field, value in zip(_CLOSURE_FIELDS, values):
         builder.store(value, _field(builder, closure, field))
-    if pack is not None and not plan.pack_b:
-        builder.call(pack, [b, ldb, packed, I64(plan.slivers - 1)])
+    if pack is not None and not plan.pack_b:   # the ragged last sliver of each B
+        with for_range(builder, I64(0), I64(plan.batch), name="g") as g:
+            operands = _batch_operands(builder, plan, dict(zip(_CLOSURE_FIELDS, values)), g)
+            builder.call(pack, [operands["B"], ldb, operands["Bp"], I64(plan.slivers - 1)])
     threads_global = ir.GlobalVariable(module, I32, NUM_THREADS_GLOBAL)
     threads = builder.load(threads_global)
     max_threads = builder.call(declare(module, "omp_get_max_threads", I32, []), [])
     threads = builder.select(builder.icmp_signed(">", threads, I32(0)), threads, max_threads)
     # no more threads than work items, nor than MIN_FLOPS_PER_THREAD allow: fork and join cost more than
     # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
-    useful = max(1, min(plan.items, 2 * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
+    useful = max(1, min(plan.items, 2 * plan.batch * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
     run_parallel(builder, worker, closure, threads)
     if pack is not None:

@@ -70,6 +70,37 @@ def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
     _check(module, m, n, k, dense)
 
 
+def _build_batch(g, m, n, k, target_text, config=None):
+    target = tk.target(target_text)
+    call = graph.nn.matmul(graph.var("A", shape=(g, m, k)), graph.var("B", shape=(g, k, n)))
+    ta, tb = te.placeholder((g, m, k), name="A"), te.placeholder((g, k, n), name="B")
+    choice = select([call], [call.op.compute([ta, tb], call.attrs, call.checked_type)], target)
+    assert choice.name == "cpu_llvm.matmul_ukernel"
+    knobs = {**choice.config, **(config or {})}
+    c = choice.implementation.compute([ta, tb], call.attrs, call.checked_type, target, knobs)
+    return tk.build(choice.implementation.schedule([c], target, knobs), [ta, tb, c], target=target, name="bgemm")
+
+
+@pytest.mark.parametrize("g, m, n, k, target, config", [
+    (4, 68, 196, 68, "llvm -mcpu=haswell", None),          # shufflenet's grouped 1x1 conv: B in place, ragged
+    (4, 68, 196, 68, "llvm", {"pack_b": True, "mc": 32}),  # every B packed, slivers numbered across the batch
+    (3, 37, 45, 29, "llvm", None),
+    (5, 131, 150, 270, "llvm -mcpu=haswell", {"kc": 64, "mc": 24, "nc": 32}),   # 2 threads share the batch
+    (2, 9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", {"pack_b": False, "kc": 512}),   # slivers copied
+])
+def test_a_batch_of_gemms_is_one_call(g, m, n, k, target, config):
+    """A batch of matmuls runs as one call whose work items span the batch, against numpy."""
+    module = _build_batch(g, m, n, k, target, config)
+    assert sum("tk_sgemm" in line and f"_g{g}_" in line for line in module.get_source("ll").splitlines()) > 0
+    a = RNG.standard_normal((g, m, k), dtype=np.float32)
+    b = RNG.standard_normal((g, k, n), dtype=np.float32)
+    for threads in (1, 2):
+        module.loaded.set_num_threads(threads)
+        out = np.full((g, m, n), np.nan, np.float32)
+        module(a, b, out)
+        np.testing.assert_allclose(out, a @ b, rtol=1e-4, atol=1e-4 * np.sqrt(k))
+
+
 @pytest.mark.parametrize("n, kc, ways, copies", [(1024, 344, 12, True), (4096, 176, 12, True), (512, 384, 12, True),
                                                  (1000, 344, 12, False), (4000, 344, 12, False), (1040, 64, 8, False),
                                                  (1040, 512, 4, True)])

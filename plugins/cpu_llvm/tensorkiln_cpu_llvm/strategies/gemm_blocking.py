@@ -13,7 +13,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (copying each sliver to the stack where its rows crowd an L1 set);
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
-  split until there are at least WORK_ITEMS_PER_CORE items per core to share out.
+  split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
+  the items of every GEMM of a batch, which share one parallel region).
 
 Blocks are evened out over their extent (M = 1000 with mc <= 680 gives two blocks of
 504 and 496, not 680 and 320), so no shape leaves a sliver of a block.
@@ -92,14 +93,14 @@ def _cores(target) -> int:
         return os.cpu_count() or 1
 
 
-def _defaults(m: int, n: int, k: int, tile: GemmTile, target) -> dict[str, int]:
+def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) -> dict[str, int]:
     caches = cache_sizes(target)
     kc = _even(k, min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16)), 8)
     mc = _even(m, max(tile.mr, caches.l2 // 2 // (kc * 4)), tile.mr)
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
     nc = _even(n_padded, nc, tile.nr)
-    wanted = WORK_ITEMS_PER_CORE * _cores(target) if _cores(target) > 1 else 1
+    wanted = -(-WORK_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
     row_blocks = -(-m // mc)
     if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
         nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
@@ -109,11 +110,11 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target) -> dict[str, int]:
     return {"mc": mc, "kc": kc, "nc": nc}
 
 
-def gemm_space(m: int, n: int, k: int, target) -> TuningSpace:
-    """Knobs tile, mc, kc, nc of one GEMM (see the module docstring)."""
+def gemm_space(m: int, n: int, k: int, target, batch: int = 1) -> TuningSpace:
+    """Knobs tile, mc, kc, nc of one GEMM, or of each of a batch of them (see the module docstring)."""
     tiles = register_tiles(target, m)
     tile = parse_tile(tiles[0], target)
-    default = _defaults(m, n, k, tile, target)
+    default = _defaults(m, n, k, tile, target, batch)
     mcs = {c for c in (2 * tile.mr, 8 * tile.mr, 16 * tile.mr, 32 * tile.mr, 64 * tile.mr)
            if c <= _round_up(m, tile.mr)}
     kcs = {c for c in (64, 128, 192, 256, 384, 512) if c <= _round_up(k, 8)}
@@ -140,16 +141,16 @@ def _packs_b(m: int, mc: int) -> bool:
     return m > PACK_ABOVE_ROWS and -(-m // mc) > 1
 
 
-def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str) -> GemmPlan:
+def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1) -> GemmPlan:
     """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile)."""
     tile = parse_tile(config.get("tile") or register_tiles(target, m)[0], target)
-    default = _defaults(m, n, k, tile, target)
+    default = _defaults(m, n, k, tile, target, batch)
     mc = _round_up(int(config.get("mc", default["mc"])), tile.mr)
     nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
     pack_b = bool(config.get("pack_b", _packs_b(m, mc))) or b_layout != "kn"
     kc = int(config.get("kc", default["kc"]))
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
-                    copy_slivers=not pack_b and copies_slivers(n, kc, tile, cache_sizes(target)))
+                    copy_slivers=not pack_b and copies_slivers(n, kc, tile, cache_sizes(target)), batch=batch)
 
 
 def copies_slivers(n: int, kc: int, tile: GemmTile, caches) -> bool:
@@ -163,12 +164,20 @@ def copies_slivers(n: int, kc: int, tile: GemmTile, caches) -> bool:
 
 @functools.cache
 def sgemm_intrinsic(plan: GemmPlan):
-    """The te intrinsic computing one whole GEMM of `plan` (shapes fixed), implemented by sgemm.py."""
+    """The te intrinsic computing one whole GEMM of `plan` (shapes fixed), or its whole batch, implemented
+    by sgemm.py."""
     from tensorkiln import te
     from tensorkiln.sdk.intrinsic_impl import SourceImpl
 
     k = te.reduce_axis((0, plan.k), name="k")
-    if plan.b_layout == "nk":
+    g = plan.batch
+    if g > 1 and plan.b_layout == "nk":
+        a, w = te.placeholder((g, plan.m, plan.k), name="A"), te.placeholder((g, plan.n, plan.k), name="W")
+        c = te.compute((g, plan.m, plan.n), lambda b, i, j: te.sum(a[b, i, k] * w[b, j, k], axis=k), name="C")
+    elif g > 1:
+        a, b = te.placeholder((g, plan.m, plan.k), name="A"), te.placeholder((g, plan.k, plan.n), name="B")
+        c = te.compute((g, plan.m, plan.n), lambda x, i, j: te.sum(a[x, i, k] * b[x, k, j], axis=k), name="C")
+    elif plan.b_layout == "nk":
         a, w = te.placeholder((plan.m, plan.k), name="A"), te.placeholder((plan.n, plan.k), name="W")
         c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * w[j, k], axis=k), name="C")
     else:

@@ -90,7 +90,7 @@ def _gemm_shape(call) -> tuple[int, int, int] | None:
         return int(m), int(n), int(k)
     if name == "nn.matmul" and len(types[0].shape) == 3 and len(types[1].shape) == 3 \
             and int(types[0].shape[0]) == int(types[1].shape[0]):
-        (_, m, k), (_, _, n) = types[0].shape, types[1].shape   # a batch of GEMMs: one call per batch index
+        (_, m, k), (_, _, n) = types[0].shape, types[1].shape   # a batch of GEMMs: one call for the batch
         return int(m), int(n), int(k)
     return None
 
@@ -107,9 +107,15 @@ def gemm_applies(call, target):
     return True
 
 
+def _batch(call) -> int:
+    """G of a batch of matmuls (3-D operands), else 1."""
+    shape = call.args[0].checked_type.shape
+    return int(shape[0]) if len(shape) == 3 else 1
+
+
 def _space(workload, target) -> TuningSpace:
     m, n, k = _gemm_shape(workload.call)
-    return gemm_blocking.gemm_space(m, n, k, target)
+    return gemm_blocking.gemm_space(m, n, k, target, _batch(workload.call))
 
 
 # ---- compute ---------------------------------------------------------------------------------
@@ -118,7 +124,7 @@ def _space(workload, target) -> TuningSpace:
 def _gemm(a, b, transposed: bool) -> te.Tensor:
     """C = a @ b, or a @ b.T when `transposed` (b is W[N, K] of nn.dense): the whole GEMM is one
     tensorized call (sgemm.py), so C reads its operands as they are. 3-D operands (matmul only): one
-    call per batch index, C[g] = a[g] @ b[g]."""
+    call for the whole batch, C[g] = a[g] @ b[g], its GEMMs sharing one parallel region."""
     if len(a.shape) == 3:
         batch, m, k_extent = (int(d) for d in a.shape)
         n = int(b.shape[2])
@@ -170,10 +176,12 @@ def _schedule(outputs, target, config):
     for producer in producers:
         schedule_injective_stage(s, producer, target)
     rows, columns = (int(d) for d in gemm.shape[-2:])
+    batch = int(gemm.shape[0]) if len(gemm.shape) == 3 else 1
     plan = gemm_blocking.gemm_plan(rows, columns, int(gemm.op.reduce_axis[0].dom.extent), target, config,
-                                   gemm.op.attrs["b_layout"])
+                                   gemm.op.attrs["b_layout"], batch)
     stage = s[gemm]
-    stage.tensorize(stage.op.axis[-2], gemm_blocking.sgemm_intrinsic(plan))
+    # a batch is one call too: its GEMMs share one parallel region (sgemm.py)
+    stage.tensorize(stage.op.axis[0], gemm_blocking.sgemm_intrinsic(plan))
     for out in outputs:
         if out.op is not gemm.op:
             schedule_injective_stage(s, out, target)
