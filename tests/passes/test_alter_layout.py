@@ -63,9 +63,9 @@ def test_nchw_preference_changes_nothing():
     assert alter_layout(before) is before
 
 
-def test_blocked_preference_is_not_applied_yet():
+def test_an_unhonoured_blocked_preference_is_not_applied():
     _, before = _conv_chain()
-    assert alter_layout(before, target=_fake_target("NCHW8c")) is before
+    assert alter_layout(before, target=_fake_target("NCHW6c")) is before   # 6: not a power of two
 
 
 def test_alter_layout_runs_from_the_default_opt_level_2():
@@ -96,13 +96,16 @@ def test_a_region_of_small_convs_between_channel_shuffles_stays_unconverted():
 def test_check_preference_says_which_preferences_alter_layout_honours():
     from tensorkiln.passes.alter_layout import check_preference, honoured_layouts
 
-    assert honoured_layouts()["nn.conv2d"] == {"data": ("NCHW", "NHWC"), "weight": ("OIHW", "HWIO", "OHWI")}
+    assert honoured_layouts()["nn.conv2d"] == {"data": ("NCHW", "NHWC", "NCHW{x}c"),
+                                               "weight": ("OIHW", "HWIO", "OHWI", "OIHW{x}i{x}o")}
     assert check_preference("nn.conv2d", "NHWC") == check_preference("nn.conv2d", "NHWC", "OHWI") == ""
     assert check_preference("nn.conv2d", "NCHW") == ""
-    assert check_preference("nn.conv2d", "NCHW8c").startswith(
-        "alter_layout cannot convert nn.conv2d to data layout NCHW8c: it converts to NCHW, NHWC only")
+    assert check_preference("nn.conv2d", "NCHW16c") == check_preference("nn.conv2d", "NCHW8c", "OIHW8i8o") == ""
+    assert check_preference("nn.conv2d", "NCHW6c").startswith(
+        "alter_layout cannot convert nn.conv2d to data layout NCHW6c: it converts to NCHW, NHWC, NCHW{x}c only")
+    assert "takes OIHW8i8o weights" in check_preference("nn.conv2d", "NCHW8c", "HWIO")
     assert "weight layout IOHW" in check_preference("nn.conv2d", "NHWC", "IOHW")
-    assert "the weight layout HWIO is applied only together with a converted data layout (NHWC)" in \
+    assert "the weight layout HWIO is applied only together with a converted data layout (NHWC, NCHW{x}c)" in \
         check_preference("nn.conv2d", "NCHW", "HWIO")
     assert check_preference("nn.max_pool2d", "NHWC") == (
         "alter_layout converts only nn.conv2d; a layout preference for nn.max_pool2d (NHWC) is never applied")

@@ -21,10 +21,14 @@ only at the boundaries of the converted region: where an op that knows only
 NCHW (global pooling, reshape, ...) or the function result needs the original layout. Constant weights are permuted here; a transform of
 a computed weight is left to fold_constants.
 
-Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), since those are
-what nn.conv2d's type rule and reference accept. A blocked preference such as
-NCHW8c is left unapplied (conv2d has no NCHWc compute yet); `check_preference`
-says whether a preference is honoured, and the conformance kit reports one that is not.
+Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), and blocked NCHW{x}c (x a
+power of two, weights OIHW{x}i{x}o: TVM's conv2d_NCHWc). In a blocked region only convs of
+one group whose input and output channels divide by x convert (the others stay NCHW, with
+transforms at their edges); a bias_add with a constant bias becomes an add of the bias
+blocked as (C/x, 1, 1, x), as broadcast constants of shape (C, 1, 1) do; pools take the
+blocked layout; a concatenate along C stays blocked (along the outer C axis) when each
+input's channels divide by x; lrn and resize stay NCHW. `check_preference` says whether a
+preference is honoured, and the conformance kit reports one that is not.
 
 Conversion pays only where the convs' work dwarfs the transforms they need: a
 graph in which layout-sensitive ops (reshape / transpose channel shuffles) sit
@@ -41,8 +45,8 @@ import dataclasses
 import numpy as np
 
 from ..graph import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, get_op, post_order
-from ..graph.ops.layout import transform_layout
-from ..graph.ops.nn import DATA_LAYOUTS, KERNEL_LAYOUTS, POOL_LAYOUTS
+from ..graph.ops.layout import primal_sizes, transform_layout
+from ..graph.ops.nn import DATA_LAYOUTS, KERNEL_LAYOUTS, POOL_LAYOUTS, blocked_kernel_layout, data_layout_block
 from ..graph.registry import Op, OpPattern
 from ..graph.types import TensorType
 from .manager import register_pass
@@ -52,6 +56,12 @@ __all__ = ["alter_layout", "layout_preferences", "check_preference", "honoured_l
 # The weight layout that goes with a data layout when the preference does not name one.
 DEFAULT_KERNEL_LAYOUTS = {"NCHW": "OIHW", "NHWC": "HWIO"}
 _ORIGINAL = "NCHW"
+_BLOCKED_DATA, _BLOCKED_WEIGHT = "NCHW{x}c", "OIHW{x}i{x}o"   # x: a power of two
+
+
+def _default_kernel_layout(layout: str) -> str | None:
+    block = data_layout_block(layout)
+    return blocked_kernel_layout(block) if block else DEFAULT_KERNEL_LAYOUTS.get(layout)
 
 
 def layout_preferences(target, config: dict | None = None) -> dict[str, tuple[str, str | None]]:
@@ -70,11 +80,11 @@ def layout_preferences(target, config: dict | None = None) -> dict[str, tuple[st
 def honoured_layouts() -> dict[str, dict[str, tuple[str, ...]]]:
     """{op name: {"data": data layouts, "weight": weight layouts}} that alter_layout can convert to.
 
-    Only nn.conv2d is converted, to the layouts its attributes accept:
-    `{"nn.conv2d": {"data": ("NCHW", "NHWC"), "weight": ("OIHW", "HWIO", "OHWI")}}`.
+    Only nn.conv2d is converted, to the layouts its attributes accept ("{x}": any power of two):
+    `{"nn.conv2d": {"data": ("NCHW", "NHWC", "NCHW{x}c"), "weight": ("OIHW", "HWIO", "OHWI", "OIHW{x}i{x}o")}}`.
     """
-    # blocked weight layouts ("OHWI16o") are a target's packing of constant weights after this pass
-    return {"nn.conv2d": {"data": DATA_LAYOUTS, "weight": KERNEL_LAYOUTS}}
+    # other blocked weight layouts ("OHWI16o") are a target's packing of constant weights after this pass
+    return {"nn.conv2d": {"data": (*DATA_LAYOUTS, _BLOCKED_DATA), "weight": (*KERNEL_LAYOUTS, _BLOCKED_WEIGHT)}}
 
 
 def check_preference(op: str, layout: str, weight_layout: str | None = None) -> str:
@@ -84,21 +94,28 @@ def check_preference(op: str, layout: str, weight_layout: str | None = None) -> 
     itself leaves an unhonoured preference unapplied without a word:
 
         check_preference("nn.conv2d", "NHWC")    -> ""
-        check_preference("nn.conv2d", "NCHW8c")  -> "alter_layout cannot convert nn.conv2d to data layout ..."
+        check_preference("nn.conv2d", "NCHW16c") -> ""          (weights OIHW16i16o)
+        check_preference("nn.conv2d", "NCHW6c")  -> "alter_layout cannot convert nn.conv2d to data layout ..."
     """
     honoured = honoured_layouts()
     if op not in honoured:
         return (f"alter_layout converts only {', '.join(sorted(honoured))}; a layout preference for {op} "
                 f"({layout}) is never applied")
     data_layouts, weight_layouts = honoured[op]["data"], honoured[op]["weight"]
+    block = data_layout_block(layout)
+    if block:
+        if weight_layout not in (None, blocked_kernel_layout(block)):
+            return (f"alter_layout cannot give {op} ({layout}) the weight layout {weight_layout}: blocked data "
+                    f"takes {blocked_kernel_layout(block)} weights")
+        return ""
     if layout not in data_layouts:
         return (f"alter_layout cannot convert {op} to data layout {layout}: it converts to "
-                f"{', '.join(data_layouts)} only (blocked layouts such as NCHW8c have no compute yet)")
+                f"{', '.join(data_layouts)} only, with x a power of two")
     if layout == _ORIGINAL and weight_layout not in (None, DEFAULT_KERNEL_LAYOUTS[_ORIGINAL]):
         return (f"alter_layout leaves {_ORIGINAL} {op} as it is: the weight layout {weight_layout} "
                 f"is applied only together with a converted data layout "
                 f"({', '.join(d for d in data_layouts if d != _ORIGINAL)})")
-    weight = weight_layout or DEFAULT_KERNEL_LAYOUTS.get(layout)
+    weight = weight_layout or _default_kernel_layout(layout)
     if weight not in weight_layouts:
         return (f"alter_layout cannot give {op} ({layout}) the weight layout {weight}: it converts weights "
                 f"to {', '.join(weight_layouts)} only")
@@ -109,7 +126,7 @@ def check_preference(op: str, layout: str, weight_layout: str | None = None) -> 
 def alter_layout(mod: Module, target=None, config: dict | None = None) -> Module:
     """Convert nn.conv2d to the target's preferred layout, transforming data only at region boundaries."""
     data_layout, kernel_layout = layout_preferences(target, config).get("nn.conv2d", (_ORIGINAL, None))
-    kernel_layout = kernel_layout or DEFAULT_KERNEL_LAYOUTS.get(data_layout)
+    kernel_layout = kernel_layout or _default_kernel_layout(data_layout)
     # An unhonoured preference is left unapplied here; the conformance kit reports it (check_preference).
     if data_layout == _ORIGINAL or check_preference("nn.conv2d", data_layout, kernel_layout):
         return mod
@@ -132,7 +149,7 @@ def _pays_off(main: Function) -> bool:
             continue
         if node.op.name == "nn.conv2d" and node.attrs.data_layout != _ORIGINAL:
             weight = node.args[1].checked_type.shape
-            out_channels = weight[node.attrs.kernel_layout.index("O")]
+            out_channels = primal_sizes(tuple(int(d) for d in weight), node.attrs.kernel_layout)["O"]
             macs += _size(node.checked_type.shape) * _size(weight) // max(1, out_channels)
         elif node.op.name == "layout_transform" and not isinstance(node.args[0], Constant):
             moved += _size(node.checked_type.shape)
@@ -160,6 +177,7 @@ class _Converter:
 
     def __init__(self, layout: str, kernel_layout: str) -> None:
         self.layout, self.kernel_layout = layout, kernel_layout
+        self.block = data_layout_block(layout)   # 0 unless NCHW{x}c
         self.memo: dict[int, Expr] = {}         # id(original) -> rebuilt, in the original layout
         self.converted: dict[int, Expr] = {}    # id(original) -> rebuilt, in `layout`
         self.produced: set[int] = set()         # ids of originals rebuilt natively in `layout`
@@ -207,11 +225,13 @@ class _Converter:
             return self._conv2d(call)
         if not isinstance(call.checked_type, TensorType) or call.ndim != 4:
             return None
+        if self.block and int(call.checked_type.shape[1]) % self.block:
+            return None   # its channels do not divide the block
         if name in ("nn.max_pool2d", "nn.avg_pool2d"):
             # also when its input is only transformed for other users (a graph input feeding convs
             # and a pool): the pool then shares that transform instead of staying behind
             (data,) = call.args
-            if (self.layout not in POOL_LAYOUTS or call.attrs.layout != _ORIGINAL
+            if (not (self.layout in POOL_LAYOUTS or self.block) or call.attrs.layout != _ORIGINAL
                     or not (id(data) in self.produced or id(data) in self.converted)):
                 return None
             return Call(call.op, (self.in_layout(data),), dataclasses.replace(call.attrs, layout=self.layout),
@@ -221,22 +241,43 @@ class _Converter:
         if name == "nn.bias_add":
             if call.attrs.axis % 4 != 1:
                 return None
+            if self.block:
+                return self._blocked_bias_add(call)
             return Call(call.op, (self.in_layout(call.args[0]), self.original(call.args[1])),
                         call.op.make_attrs(axis=self.layout.index("C")), call.span)
         if name == "nn.lrn":  # a window over channels: contiguous in NHWC
-            if call.attrs.axis % 4 != 1:
+            if call.attrs.axis % 4 != 1 or self.block:
                 return None
             return Call(call.op, (self.in_layout(call.args[0]),),
                         dataclasses.replace(call.attrs, axis=self.layout.index("C")), call.span)
         if name == "image.resize":   # resizes every axis: the per-axis attributes follow the permutation
-            return self._resize(call)
+            return None if self.block else self._resize(call)
         if name == "concatenate":
             axis = _ORIGINAL[call.attrs.axis % 4]
+            if self.block and any(int(a.checked_type.shape[1]) % self.block for a in call.args):
+                return None   # blocked, a concat along C is one along the outer axis: each part must divide
             return Call(call.op, tuple(self.in_layout(a) for a in call.args),
                         call.op.make_attrs(axis=self.layout.index(axis)), call.span)
         if call.op.pattern <= OpPattern.BROADCAST and name != "broadcast_to":
             return self._elementwise(call)
         return None
+
+    def _blocked_bias_add(self, call: Call) -> Expr | None:
+        """bias_add(x, b) with a constant b -> add(x, b as (C/x, 1, 1, x)): no op adds along two axes."""
+        bias = self.original(call.args[1])
+        if not isinstance(bias, Constant) or bias.ndim != 1:
+            return None
+        value = bias.value.reshape(-1, self.block).reshape(-1, 1, 1, self.block)
+        add = get_op("add")
+        return Call(add, (self.in_layout(call.args[0]), Constant(value)), add.make_attrs(), call.span)
+
+    def _blocked_constant(self, value: np.ndarray) -> np.ndarray | None:
+        """A 4-D NCHW constant broadcast against NCHW{x}c data: blocked, or None when its C does not divide."""
+        if value.shape[1] == 1:   # broadcast along C: along both C axes once blocked
+            return value.reshape(*value.shape, 1)
+        if value.shape[1] % self.block:
+            return None
+        return transform_layout(value, _ORIGINAL, self.layout)
 
     def _resize(self, call: Call) -> Expr | None:
         attrs = call.attrs
@@ -257,7 +298,12 @@ class _Converter:
                 args.append(arg)
             elif isinstance(arg, Constant) and arg.ndim <= 4:
                 padded = arg.value.reshape((1,) * (4 - arg.ndim) + arg.value.shape)
-                args.append(Constant(transform_layout(padded, _ORIGINAL, self.layout)))
+                if not self.block:
+                    args.append(Constant(transform_layout(padded, _ORIGINAL, self.layout)))
+                elif (blocked := self._blocked_constant(padded)) is not None:
+                    args.append(Constant(blocked))
+                else:
+                    return None
             else:
                 return None  # an operand that broadcasts in a way we cannot permute statically
         return Call(call.op, tuple(args), call.attrs, call.span)
@@ -266,9 +312,15 @@ class _Converter:
         attrs = call.attrs
         if (attrs.data_layout, attrs.kernel_layout) != (_ORIGINAL, "OIHW"):
             return None
+        if self.block:
+            out_channels, in_channels = (int(d) for d in call.args[1].checked_type.shape[:2])
+            if attrs.groups != 1 or in_channels % self.block or out_channels % self.block:
+                return None   # stays NCHW: transforms at its edges
         data = self.in_layout(call.args[0])
         weight = self.original(call.args[1])
-        if isinstance(weight, Constant):
+        if isinstance(weight, Constant) and self.block:
+            weight = Constant(transform_layout(weight.value, "OIHW", self.kernel_layout))
+        elif isinstance(weight, Constant):
             # a read-only view: a pass that rewrites the weight again (cpu_llvm packs it) copies it once,
             # and the executor makes what is left contiguous and aligned when it loads its constants
             permutation = ["OIHW".index(axis) for axis in self.kernel_layout]

@@ -17,19 +17,14 @@ from __future__ import annotations
 from .. import tags
 from ... import te
 from ...graph.ops.layout import layout_index, primal_sizes
-from ...graph.ops.nn import data_layout_block
+from ...graph.ops.nn import blocked_kernel_layout, data_layout_block
 from ...ir.errors import UnsupportedOpError
 from .._common import accumulate_dtype
 from ._accumulate import multiply_sum
 from . import conv2d as _conv2d
 from .conv2d import pad_spatial
 
-__all__ = ["conv2d_nchwc", "blocked_kernel_layout", "conv2d"]
-
-
-def blocked_kernel_layout(block: int) -> str:
-    """The weight layout that goes with NCHW{block}c data: "OIHW8i8o" (TVM's conv2d_NCHWc kernel)."""
-    return f"OIHW{block}i{block}o"
+__all__ = ["conv2d_nchwc", "conv2d"]
 
 
 def _weight_reader(weight: te.Tensor, kernel_layout: str, block: int):

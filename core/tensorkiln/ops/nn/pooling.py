@@ -1,4 +1,4 @@
-"""ops/nn/pooling.py: NCHW or NHWC max/avg pooling (padding, dilation, ceil_mode, count_include_pad)
+"""ops/nn/pooling.py: NCHW, NHWC or NCHW{x}c max/avg pooling (padding, dilation, ceil_mode, count_include_pad)
 and global pooling over every spatial axis. Tags "pool" and "global_pool".
 """
 from __future__ import annotations
@@ -33,12 +33,14 @@ def _named(layout: str, body):
     """body(index tuple) as a te.compute lambda whose axes are named b, c, y, x in `layout`'s order."""
     if layout == "NCHW":
         return lambda b, c, y, x: body((b, c, y, x))
+    if layout.startswith("NCHW"):   # blocked NCHW{x}c: the inner channel block last
+        return lambda b, c, y, x, cb: body((b, c, y, x, cb))
     return lambda b, y, x, c: body((b, y, x, c))
 
 
 def pool2d(data: te.Tensor, kind: str, out_shape, pool_size, strides, padding, dilation,
            count_include_pad: bool = False, layout: str = "NCHW") -> te.Tensor:
-    """Max or average pooling of `data` in `layout` (NCHW or NHWC); the output is in `layout`.
+    """Max or average pooling of `data` in `layout` (NCHW, NHWC or NCHW{x}c); the output is in `layout`.
 
     The anchor stage carries attrs={"layout": layout} so a target's schedule can tell the
     axes apart (NHWC vectorizes channels, NCHW the output width).

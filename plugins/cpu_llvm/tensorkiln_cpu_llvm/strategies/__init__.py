@@ -17,6 +17,8 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.dense               tags dense, batch_matmul       row_block
     cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width, tile_rows
     cpu_llvm.conv2d_nchw         NCHW conv tags                 channel_block, width_vectors
+    cpu_llvm.conv2d_nchwc        tag conv2d_NCHWc               reg_n, unroll_kw (TVM's conv2d_NCHWc, conv_nchwc.py)
+    cpu_llvm.pool_nchwc          NCHW{x}c max / avg pools       (vectorized over the channel block)
     cpu_llvm.pool / .softmax / .norm / .reduce / .injective     (no knobs)
 """
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
 from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
-from . import concat, depthwise, int8, ukernel
+from . import concat, conv_nchwc, depthwise, int8, ukernel
 from .anchors import ANCHOR_SCHEDULES, nhwc_tile
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
@@ -156,6 +158,7 @@ def cpu_strategies(target) -> list[OpImplementation]:
         *ukernel.ukernel_strategies(target),
         *concat.concat_strategies(target),
         *depthwise.depthwise_strategies(target),
+        *conv_nchwc.conv_nchwc_strategies(target),
         OpImplementation("cpu_llvm.dense_split", ("nn.dense",), _schedule, compute=_dense_split_compute,
                          space=_dense_split_space, condition=_dense_split_applies, priority=10),
         OpImplementation("cpu_llvm.dense_packed", ("nn.dense",), _schedule, compute=_dense_packed_compute,

@@ -1,0 +1,143 @@
+"""strategies/conv_nchwc.py: blocked NCHW{x}c conv2d and pools (what alter_layout makes for an NCHW{x}c
+preference), after TVM's x86 conv2d_NCHWc schedule (topi/x86/conv2d_avx_common.py).
+
+The conv (ops/nn/conv2d_nchwc.py) reads OIHW{x}i{x}o weights, one output-channel block `ob` of x
+lanes contiguous; its register tile is `reg_n` output columns of one block, each a vector:
+
+    for batch: parallel for (oc_chunk, oh):                 <- the weight block stays in cache
+      for ow_chunk:
+        acc[reg_n][x] = 0                                   (local: reg_n vector registers)
+        for rco, ry, rx, rci:                               (unroll_kw: rco, ry, rci, rx with rx unrolled)
+          for column (unrolled): acc[column][:] += pad[.., rci] (broadcast) * w[oc, rco, ry, rx, rci, :]
+        for column: out[b, oc, oh, ow, :] = epilogue(acc[column][:])   (vectorized over ob)
+
+The padded input is materialized first (in parallel), so the tile reads it without bounds checks.
+Knobs (`_conv_space`): reg_n (output columns per tile: its default leaves a quarter of the vector
+registers for the weight vector and the broadcast input, as the NHWC tile does) and unroll_kw.
+The block x comes from the alter_layout preference; `preferred_block(target)` gives the host's
+vector lanes (8 on AVX2, 16 on AVX-512) for users who ask for NCHW{lanes}c.
+
+The pools of a blocked region are vectorized over the channel block: (batch, channel chunk)
+parallel, the padded plane computed per chunk.
+"""
+from __future__ import annotations
+
+from tensorkiln.graph import data_layout_block
+from tensorkiln.ops import tags
+from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
+from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, schedule_fused,
+                                      schedule_injective_stage, schedule_reduce_stage, vector_lanes)
+
+from ..host import cpu_facts
+from .anchors import ANCHOR_SCHEDULES, accumulator
+
+__all__ = ["conv_nchwc_strategies", "preferred_block", "apply_conv2d_nchwc", "apply_pool_nchwc"]
+
+REG_N_CANDIDATES = (4, 7, 8, 12, 14, 16, 24, 28)
+
+
+def preferred_block(target) -> int:
+    """x of NCHW{x}c for this target: the float32 lanes of one vector register (8 on AVX2, 16 on AVX-512)."""
+    return max(1, min(16, cpu_facts(target).vector_bits // 32))
+
+
+def _default_reg_n(target) -> int:
+    """Three quarters of the vector registers hold output columns (AVX2: 12 of 16, AVX-512: 24 of 32)."""
+    return cpu_facts(target).vector_registers * 3 // 4
+
+
+def _conv_space(workload, target) -> TuningSpace:
+    default = _default_reg_n(target)
+    most = cpu_facts(target).vector_registers - 2     # one weight vector, one broadcast input
+    candidates = sorted({r for r in REG_N_CANDIDATES if r <= most} | {default})
+    return TuningSpace((Knob("reg_n", tuple(candidates), default), Knob("unroll_kw", (False, True), False)))
+
+
+def apply_conv2d_nchwc(s, anchor, output, target, config: dict) -> None:
+    """NCHW{x}c conv: reg_n output columns x one channel block per register tile (module docstring)."""
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            schedule_injective_stage(s, producer, target)   # materialized: the tile reads no bounds checks
+    acc, output = accumulator(s, anchor, output)
+    if tuple(acc.shape) != tuple(output.shape):
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    batch, chunk, row, column, block = out.op.axis
+    reg_n = divisor_at_most(int(output.shape[3]), config["reg_n"])
+    column_outer, column_inner = out.split(column, factor=reg_n)
+    out.reorder(batch, chunk, row, column_outer, column_inner, block)
+    # batch stays serial: a third fused axis is recovered as (fused // a) % b, which bound
+    # inference relaxes to the whole axis (see fuse_for_attach)
+    fused = out.fuse(chunk, row)
+    if can_parallel(target):
+        out.parallel(fused)
+    out.vectorize(block)
+    s[acc].compute_at(out, column_outer)
+    stage = s[acc]
+    b, o, y, x, ob = stage.op.axis
+    rco, ry, rx, rci = stage.op.reduce_axis
+    if config["unroll_kw"]:
+        stage.reorder(b, o, y, rco, ry, rci, rx, x, ob)
+        stage.unroll(rx)
+    else:
+        stage.reorder(b, o, y, rco, ry, rx, rci, x, ob)
+    stage.unroll(x)
+    stage.vectorize(ob)
+
+
+def apply_pool_nchwc(s, anchor, output, target, config: dict) -> None:
+    """NCHW{x}c max / avg pool: (batch, chunk) parallel, padded plane per chunk, vectorized over the block."""
+    acc, output = accumulator(s, anchor, output)
+    if tuple(acc.shape) != tuple(output.shape) or len(output.shape) != 5:
+        schedule_reduce_stage(s, acc, target)
+        schedule_injective_stage(s, output, target)
+        return
+    out = s[output]
+    batch, chunk, row, column, block = out.op.axis
+    fused = out.fuse(batch, chunk)
+    if can_parallel(target):
+        out.parallel(fused)
+    lanes = vector_lanes(target, acc.dtype)
+    vector = divisor_at_most(int(output.shape[4]), lanes) if lanes > 1 else 1
+    if vector > 1:
+        block_outer, block_inner = out.split(block, factor=vector)
+        out.vectorize(block_inner)
+    for producer in anchor.op.input_tensors:
+        if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
+            s[producer].compute_at(out, fused)
+            pad_block = s[producer].op.axis[4]
+            if vector > 1 and extent_of(pad_block) % vector == 0:
+                _, inner = s[producer].split(pad_block, factor=vector)
+                s[producer].vectorize(inner)
+    s[acc].compute_at(out, column)
+    stage = s[acc]
+    a0, a1, a2, a3, a4 = stage.op.axis
+    ry, rx = stage.op.reduce_axis
+    stage.reorder(a0, a1, a2, a3, ry, rx, a4)
+    if vector > 1:
+        stage.vectorize(a4)
+
+
+_TABLE = {**ANCHOR_SCHEDULES, tags.CONV2D_NCHWC: apply_conv2d_nchwc}
+_POOL_TABLE = {**ANCHOR_SCHEDULES, tags.POOL: apply_pool_nchwc}
+_KEEP_TAGS = ("injective.pad",)
+
+
+def _schedule_conv(outputs, target, config):
+    return schedule_fused(outputs, target, _TABLE, config, keep_tags=_KEEP_TAGS)
+
+
+def _schedule_pool(outputs, target, config):
+    return schedule_fused(outputs, target, _POOL_TABLE, config, keep_tags=_KEEP_TAGS)
+
+
+def _blocked_pool(call, target) -> "bool | str":
+    return True if data_layout_block(call.attrs.layout) else f"layout {call.attrs.layout}, not NCHW{{x}}c"
+
+
+def conv_nchwc_strategies(target) -> list[OpImplementation]:
+    return [OpImplementation("cpu_llvm.conv2d_nchwc", (tags.CONV2D_NCHWC,), _schedule_conv, space=_conv_space),
+            OpImplementation("cpu_llvm.pool_nchwc", ("nn.max_pool2d", "nn.avg_pool2d"), _schedule_pool,
+                             condition=_blocked_pool, priority=10)]

@@ -1,0 +1,102 @@
+"""alter_layout to blocked NCHW{x}c: conv chains converted where the channels divide the block,
+compared with the unconverted graph's numpy reference (graph.evaluate) and compiled for cpu_llvm."""
+import numpy as np
+import pytest
+
+import tensorkiln as tk
+from tensorkiln import graph
+from tensorkiln.graph import Module
+from tensorkiln.passes import PassContext, alter_layout
+
+from _graphs import const, inception, random_input
+
+
+def _calls(mod, name):
+    return [n for n in graph.post_order(mod.main.body) if isinstance(n, graph.Call) and n.op.name == name]
+
+
+def _same_result(before, after, x):
+    data = random_input(x)
+    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}),
+                               rtol=1e-5, atol=1e-5)
+
+
+def _chain(first_in=16):
+    x = graph.var("x", shape=(1, first_in, 12, 12))
+    y = graph.nn.relu(graph.nn.bias_add(graph.nn.conv2d(x, const(32, first_in, 3, 3), padding=1), const(32)))
+    y = graph.nn.conv2d(y * graph.const(2.0), const(16, 32, 1, 1)) + const(16, 1, 1)
+    y = graph.nn.max_pool2d(graph.nn.relu(y), pool_size=2, strides=2)
+    y = graph.nn.avg_pool2d(graph.nn.conv2d(y, const(16, 16, 3, 3, low=-1, high=1), padding=1), pool_size=3,
+                            padding=1)
+    return x, Module.from_expr(y)
+
+
+def test_a_conv_chain_converts_with_transforms_only_at_the_boundaries():
+    x, before = _chain()
+    after = alter_layout(before, config={"nn.conv2d": "NCHW8c"})
+    convs = _calls(after, "nn.conv2d")
+    assert [(c.attrs.data_layout, c.attrs.kernel_layout) for c in convs] == [("NCHW8c", "OIHW8i8o")] * 3
+    assert convs[0].args[1].checked_type.shape == (4, 2, 3, 3, 8, 8)
+    transforms = _calls(after, "layout_transform")
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW")]
+    assert transforms[0].args[0] is x
+    assert [p.attrs.layout for p in _calls(after, "nn.max_pool2d") + _calls(after, "nn.avg_pool2d")] == ["NCHW8c"] * 2
+    # the bias becomes a blocked (C/x, 1, 1, x) constant added; the (C, 1, 1) one is blocked as (1, C/x, 1, 1, x)
+    assert not _calls(after, "nn.bias_add")
+    assert sorted(a.args[1].checked_type.shape for a in _calls(after, "add")) == [(1, 2, 1, 1, 8), (4, 1, 1, 8)]
+    _same_result(before, after, x)
+
+
+def test_a_conv_whose_channels_do_not_divide_the_block_stays_nchw():
+    x, before = _chain(first_in=3)   # resnet's first conv: 3 input channels
+    after = alter_layout(before, config={"nn.conv2d": "NCHW16c"})
+    assert [c.attrs.data_layout for c in _calls(after, "nn.conv2d")] == ["NCHW", "NCHW16c", "NCHW16c"]
+    transforms = _calls(after, "layout_transform")
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW", "NCHW16c"),
+                                                                            ("NCHW16c", "NCHW")]
+    assert transforms[0].args[0].op.name == "multiply"   # the region starts after the first conv's epilogue
+    _same_result(before, after, x)
+
+
+def test_concatenate_along_c_stays_blocked_when_each_part_divides():
+    before = inception(channels=8, size=8, blocks=2)   # branches of 8 channels each
+    after = alter_layout(before, config={"nn.conv2d": "NCHW8c"})
+    assert [c.attrs.axis for c in _calls(after, "concatenate")] == [1, 1]
+    assert all(c.checked_type.ndim == 5 for c in _calls(after, "concatenate"))
+    assert len(_calls(after, "layout_transform")) == 2
+    _same_result(before, after, before.main.params[0])
+
+
+def test_concatenate_with_a_part_that_does_not_divide_goes_back_to_nchw():
+    x = graph.var("x", shape=(1, 16, 8, 8))
+    a = graph.nn.relu(graph.nn.conv2d(x, const(16, 16, 3, 3), padding=1))
+    b = graph.nn.relu(graph.nn.conv2d(x, const(4, 16, 1, 1)))      # 4 channels: stays NCHW
+    y = graph.nn.conv2d(graph.concatenate([a, b], axis=1), const(16, 20, 1, 1))
+    before = Module.from_expr(y)
+    after = alter_layout(before, config={"nn.conv2d": "NCHW8c"})
+    assert [c.attrs.data_layout for c in _calls(after, "nn.conv2d")] == ["NCHW8c", "NCHW", "NCHW"]
+    (concat,) = _calls(after, "concatenate")
+    assert concat.attrs.axis == 1 and concat.checked_type.ndim == 4
+    _same_result(before, after, x)
+
+
+def test_broadcast_constants_along_h_and_w_broadcast_over_both_channel_axes():
+    x = graph.var("x", shape=(1, 8, 6, 6))
+    y = graph.nn.conv2d(x, const(8, 8, 3, 3), padding=1) * const(1, 6, 6)
+    before = Module.from_expr(graph.nn.conv2d(y, const(8, 8, 1, 1)))
+    after = alter_layout(before, config={"nn.conv2d": "NCHW8c"})
+    (multiply,) = _calls(after, "multiply")
+    assert multiply.args[1].checked_type.shape == (1, 1, 6, 6, 1)
+    _same_result(before, after, x)
+
+
+@pytest.mark.parametrize("layout", ["NCHW8c", "NCHW16c"])
+def test_a_converted_chain_compiles_for_cpu_llvm_and_matches_numpy(layout):
+    x, before = _chain()
+    data = random_input(x)
+    expected = graph.evaluate(before, {"x": data})
+    lib = tk.compile(before, "cpu_llvm", context=PassContext(config={"alter_layout": {"nn.conv2d": layout}}))
+    # float32 sums of ~1000-sized terms: the error scales with the largest value, not each one
+    np.testing.assert_allclose(lib(data), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+    strategies = lib.summary()["strategies"].values()
+    assert sum("nn.conv2d" in entry["ops"] for entry in strategies) == 3
