@@ -350,8 +350,18 @@ class GraphExecutor:
         """How many kernels of a concurrent level may run at once: the cores each kernel's own
         parallel loops leave free (its module's thread setting; 0 = all cores). Overlapping pays
         only there: measured on 2 cores, squeezenet ran 14% faster with overlapped levels at 1 thread
-        per kernel and 14% slower at 2, where two kernels on all cores oversubscribe them."""
+        per kernel and 14% slower at 2, where two kernels on all cores oversubscribe them.
+
+        `tk.runtime.set_num_threads(n)` is the whole run's budget: kernels of a level overlap only
+        while their threads together stay within n, so n = 1 runs on one core, as a user (and a
+        comparison with onnxruntime at one intra-op and one inter-op thread) expects. Overlap on
+        more cores than one kernel uses comes from a module's `-num_threads` target option."""
+        from ..sdk.native import get_num_threads
+
         cores = os.cpu_count() or 1
+        budget = get_num_threads()
+        if budget:
+            cores = min(cores, budget)
         per_kernel = 1
         for module in self._thread_settings:
             count = module.get_num_threads()
