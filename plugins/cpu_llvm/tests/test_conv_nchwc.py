@@ -46,7 +46,7 @@ def _implementation(target, name):
 def test_block_and_register_tile_follow_the_cpu(target, block, reg_n):
     assert preferred_block(tk.target(target)) == block
     space = _implementation(target, "cpu_llvm.conv2d_nchwc").space(Workload(), tk.target(target))
-    assert space.default_config() == {"reg_n": reg_n, "unroll_kw": False}
+    assert space.default_config() == {"reg_n": reg_n, "unroll_kw": False, "oc_blocks": 2}
     assert max(space.knobs[0].candidates) <= (16 if block == 8 else 32) - 2   # a weight vector and an input left
 
 
@@ -62,16 +62,17 @@ def _conv_stage(channels, out_channels, size, kernel, stride, pad, block):
     return x, w, relu, attrs
 
 
-@pytest.mark.parametrize("reg_n, unroll_kw", [(4, False), (12, True), (24, False), (8, True)])
+@pytest.mark.parametrize("reg_n, unroll_kw, oc_blocks", [(4, False, 1), (12, True, 2), (24, False, 2), (8, True, 1)])
 @pytest.mark.parametrize("target", ["llvm", pytest.param(HASWELL, marks=needs_avx2)])
 @pytest.mark.parametrize("shape", [(16, 32, 13, 3, 1, 1), (32, 16, 9, 3, 2, 1), (16, 16, 7, 1, 1, 0)],
                          ids=["13wide", "stride2", "1x1"])
-def test_every_knob_value_matches_numpy(shape, target, reg_n, unroll_kw):
+def test_every_knob_value_matches_numpy(shape, target, reg_n, unroll_kw, oc_blocks):
     channels, out_channels, size, kernel, stride, pad = shape
     block = 8
     x, w, relu, attrs = _conv_stage(channels, out_channels, size, kernel, stride, pad, block)
     space = _implementation(target, "cpu_llvm.conv2d_nchwc").space(Workload(), tk.target(target))
-    config = {"reg_n": reg_n if reg_n in space.knobs[0].candidates else space.knobs[0].default, "unroll_kw": unroll_kw}
+    config = {"reg_n": reg_n if reg_n in space.knobs[0].candidates else space.knobs[0].default, "unroll_kw": unroll_kw,
+              "oc_blocks": oc_blocks}
     s = schedule_for([relu], tk.target(target), ops=("nn.conv2d",), config=config)
     data, weight = _random(1, channels, size, size), _random(out_channels, channels, kernel, kernel)
     args = [transform_layout(data, "NCHW", attrs.data_layout), transform_layout(weight, "OIHW", attrs.kernel_layout)]
