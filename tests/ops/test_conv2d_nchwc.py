@@ -114,3 +114,31 @@ def test_unknown_blocked_layouts_are_refused(layout):
 def test_grouped_blocked_conv_is_refused_with_the_fix():
     with pytest.raises(AttrsError, match="grouped and depthwise convs have no blocked compute; keep them in NCHW"):
         Conv2DAttrs(data_layout="NCHW8c", groups=2)
+
+
+@pytest.mark.parametrize("block, stride", [(8, 2), (16, 1)])
+def test_nchw_data_into_a_blocked_output_matches_numpy(block, stride):
+    """A first conv: 3 input channels (no block divides them) read as NCHW, the output blocked."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 3, 11, 11)).astype(np.float32)
+    w = rng.standard_normal((2 * block, 3, 7, 7)).astype(np.float32)
+    layout = f"NCHW{block}c"
+    attrs = Conv2DAttrs(strides=(stride, stride), padding=(3, 3, 3, 3), kernel_layout=f"OIHW3i{block}o",
+                        out_layout=layout)
+    arrays = [x, transform_layout(w, "OIHW", attrs.kernel_layout)]
+    expected = transform_layout(numpy_conv(x, w, (stride, stride), (3, 3, 3, 3)), "NCHW", layout)
+    out_type = CONV.type_rule(tuple(TensorType(a.shape, "float32") for a in arrays), attrs)
+    assert out_type.shape == expected.shape
+    np.testing.assert_allclose(CONV.reference(*arrays, attrs), expected, rtol=1e-5, atol=1e-4)
+    (got,) = run_op(CONV, arrays, attrs, "llvm", naive=True)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_out_layout_needs_nchw_data_and_a_blocked_layout():
+    with pytest.raises(AttrsError, match="must be NCHW{x}c, with NCHW data and groups 1"):
+        Conv2DAttrs(data_layout="NHWC", out_layout="NCHW8c")
+    with pytest.raises(AttrsError, match="must be NCHW{x}c"):
+        Conv2DAttrs(out_layout="NHWC")
+    with pytest.raises(ShapeError, match="12 output channels, not divisible by the block 8 of out_layout"):
+        CONV.type_rule((TensorType((1, 3, 5, 5), "float32"), TensorType((12, 3, 3, 3), "float32")),
+                       Conv2DAttrs(out_layout="NCHW8c"))

@@ -47,14 +47,31 @@ def test_a_conv_chain_converts_with_transforms_only_at_the_boundaries():
     _same_result(before, after, x)
 
 
-def test_a_conv_whose_channels_do_not_divide_the_block_stays_nchw():
+def test_a_first_conv_on_3_channels_reads_nchw_and_writes_the_blocked_layout():
     x, before = _chain(first_in=3)   # resnet's first conv: 3 input channels
     after = alter_layout(before, config={"nn.conv2d": "NCHW16c"})
-    assert [c.attrs.data_layout for c in _calls(after, "nn.conv2d")] == ["NCHW", "NCHW16c", "NCHW16c"]
+    first, *rest = _calls(after, "nn.conv2d")
+    assert (first.attrs.data_layout, first.attrs.out_layout, first.attrs.kernel_layout) == ("NCHW", "NCHW16c",
+                                                                                          "OIHW3i16o")
+    assert first.args[0] is x and first.checked_type.shape == (1, 2, 12, 12, 16)
+    assert [c.attrs.data_layout for c in rest] == ["NCHW16c", "NCHW16c"]
     transforms = _calls(after, "layout_transform")
-    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW", "NCHW16c"),
-                                                                            ("NCHW16c", "NCHW")]
-    assert transforms[0].args[0].op.name == "multiply"   # the region starts after the first conv's epilogue
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW16c", "NCHW")]
+    _same_result(before, after, x)
+
+
+def test_a_conv_whose_output_channels_do_not_divide_the_block_stays_nchw():
+    x = graph.var("x", shape=(1, 16, 8, 8))
+    y = graph.nn.relu(graph.nn.conv2d(x, const(16, 16, 3, 3), padding=1))
+    y = graph.nn.relu(graph.nn.conv2d(y, const(12, 16, 1, 1)))          # 12 channels: stays NCHW
+    before = Module.from_expr(graph.nn.conv2d(y, const(16, 12, 3, 3)))
+    after = alter_layout(before, config={"nn.conv2d": "NCHW8c"})
+    convs = _calls(after, "nn.conv2d")
+    assert [(c.attrs.data_layout, c.attrs.out_layout) for c in convs] == [("NCHW8c", ""), ("NCHW", ""),
+                                                                          ("NCHW", "NCHW8c")]
+    transforms = _calls(after, "layout_transform")
+    assert [(t.attrs.src_layout, t.attrs.dst_layout) for t in transforms] == [("NCHW", "NCHW8c"), ("NCHW8c", "NCHW"),
+                                                                            ("NCHW8c", "NCHW")]
     _same_result(before, after, x)
 
 

@@ -23,8 +23,9 @@ a computed weight is left to fold_constants.
 
 Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), and blocked NCHW{x}c (x a
 power of two, weights OIHW{x}i{x}o: TVM's conv2d_NCHWc). In a blocked region only convs of
-one group whose input and output channels divide by x convert (the others stay NCHW, with
-transforms at their edges); a bias_add with a constant bias becomes an add of the bias
+one group whose output channels divide by x convert (the others stay NCHW, with transforms at
+their edges); one whose input channels do not divide (a first conv on 3 channels) reads NCHW
+data and writes blocked output (out_layout, weights OIHW{C}i{x}o), as TVM's first layer does; a bias_add with a constant bias becomes an add of the bias
 blocked as (C/x, 1, 1, x), as broadcast constants of shape (C, 1, 1) do; pools take the
 blocked layout; a concatenate along C stays blocked (along the outer C axis) when each
 input's channels divide by x; lrn and resize stay NCHW. `check_preference` says whether a
@@ -147,7 +148,7 @@ def _pays_off(main: Function) -> bool:
     for node in post_order(main.body):
         if not (isinstance(node, Call) and isinstance(node.op, Op)):
             continue
-        if node.op.name == "nn.conv2d" and node.attrs.data_layout != _ORIGINAL:
+        if node.op.name == "nn.conv2d" and (node.attrs.data_layout != _ORIGINAL or node.attrs.out_layout):
             weight = node.args[1].checked_type.shape
             out_channels = primal_sizes(tuple(int(d) for d in weight), node.attrs.kernel_layout)["O"]
             macs += _size(node.checked_type.shape) * _size(weight) // max(1, out_channels)
@@ -314,8 +315,10 @@ class _Converter:
             return None
         if self.block:
             out_channels, in_channels = (int(d) for d in call.args[1].checked_type.shape[:2])
-            if attrs.groups != 1 or in_channels % self.block or out_channels % self.block:
+            if attrs.groups != 1 or out_channels % self.block:
                 return None   # stays NCHW: transforms at its edges
+            if in_channels % self.block:
+                return self._blocked_output_conv2d(call, in_channels)
         data = self.in_layout(call.args[0])
         weight = self.original(call.args[1])
         if isinstance(weight, Constant) and self.block:
@@ -329,6 +332,16 @@ class _Converter:
             weight = _transform(weight, "OIHW", self.kernel_layout)
         new_attrs = dataclasses.replace(attrs, data_layout=self.layout, kernel_layout=self.kernel_layout)
         return Call(call.op, (data, weight), new_attrs, call.span)
+
+
+    def _blocked_output_conv2d(self, call: Call, in_channels: int) -> Expr:
+        """NCHW data into NCHW{x}c output: the input channels as one block (weights OIHW{C}i{x}o)."""
+        kernel_layout = f"OIHW{in_channels}i{self.block}o"
+        weight = self.original(call.args[1])
+        weight = (Constant(transform_layout(weight.value, "OIHW", kernel_layout)) if isinstance(weight, Constant)
+                  else _transform(weight, "OIHW", kernel_layout))
+        attrs = dataclasses.replace(call.attrs, kernel_layout=kernel_layout, out_layout=self.layout)
+        return Call(call.op, (self.original(call.args[0]), weight), attrs, call.span)
 
 
 def _transform(value: Expr, src: str, dst: str) -> Call:

@@ -80,7 +80,9 @@ def blocked_kernel_layout(block: int) -> str:
 class Conv2DAttrs(Attrs):
     """NCHW (or NHWC, or blocked NCHW{x}c) data, OIHW (or HWIO, OHWI, or blocked: OHWI16o, OIHW8i8o) weight;
     padding is (top, left, bottom, right). NCHW{x}c data (x a power of two; TVM's conv2d_NCHWc) is
-    (N, C/x, H, W, x) and gives NCHW{x}c output; its groups must be 1."""
+    (N, C/x, H, W, x) and gives NCHW{x}c output; its groups must be 1. `out_layout` "NCHW{x}c" with NCHW
+    data blocks the output only (a first conv whose few input channels do not divide the block,
+    weight OIHW{C}i{x}o); "" is the data layout."""
     strides: tuple[int, int] = (1, 1)
     padding: tuple[int, int, int, int] = (0, 0, 0, 0)
     dilation: tuple[int, int] = (1, 1)
@@ -88,6 +90,7 @@ class Conv2DAttrs(Attrs):
     data_layout: str = "NCHW"
     kernel_layout: str = "OIHW"
     out_dtype: str = ""   # "int32": 8-bit integer inputs accumulate in int32 (as TVM's out_dtype); "" = the inputs'
+    out_layout: str = ""
     _choices = {"out_dtype": ("", "int32")}
 
     def _check(self) -> None:
@@ -98,6 +101,10 @@ class Conv2DAttrs(Attrs):
         if data_layout_block(self.data_layout) and self.groups != 1:
             self.fail(f"data_layout {self.data_layout!r} with groups={self.groups}: grouped and depthwise convs "
                       "have no blocked compute; keep them in NCHW or NHWC")
+        if self.out_layout not in ("", self.data_layout) and not (
+                self.data_layout == "NCHW" and data_layout_block(self.out_layout) and self.groups == 1):
+            self.fail(f"out_layout {self.out_layout!r} with data_layout {self.data_layout!r}, groups={self.groups}: "
+                      "an out_layout other than the data layout must be NCHW{x}c, with NCHW data and groups 1")
         if self.kernel_layout not in KERNEL_LAYOUTS and not is_blocked_kernel_layout(self.kernel_layout):
             self.fail(f"kernel_layout {self.kernel_layout!r} is not one of {KERNEL_LAYOUTS} nor a blocked layout "
                       "of O, I, H, W such as 'OHWI16o'")
@@ -124,6 +131,14 @@ def _window_out(op: str, size: int, kernel: int, stride: int, dilation: int, pad
 def _conv2d_type(arg_types, attrs: Conv2DAttrs) -> TensorType:
     """Other layouts are checked as their NCHW / OIHW permutation (the shape rules are the same)."""
     data, weight = tensor_args("nn.conv2d", arg_types)
+    if attrs.out_layout not in ("", attrs.data_layout):   # NCHW in, NCHW{x}c out
+        out = _conv2d_type((data, weight), dataclasses.replace(attrs, out_layout=""))
+        block = data_layout_block(attrs.out_layout)
+        if out.shape[1] % block:
+            raise ShapeError(f"nn.conv2d: weight {shape_text(weight.shape)} ({attrs.kernel_layout}) has "
+                             f"{out.shape[1]} output channels, not divisible by the block {block} of out_layout "
+                             f"{attrs.out_layout}; keep this conv in NCHW")
+        return TensorType((out.shape[0], out.shape[1] // block, *out.shape[2:], block), out.dtype)
     if data_layout_block(attrs.data_layout):
         return _conv2d_type_blocked(data, weight, attrs)
     if attrs.kernel_layout not in KERNEL_LAYOUTS:   # blocked: checked as its OIHW sizes
@@ -149,7 +164,7 @@ def _conv2d_type_blocked(data: TensorType, weight: TensorType, attrs: Conv2DAttr
                          f"(N, C/{block}, H, W, {block}); insert a layout_transform from NCHW")
     batch, outer, height, width, _ = data.shape
     nchw = TensorType((batch, outer * block, height, width), data.dtype)
-    out = _conv2d_type(((nchw, weight)), dataclasses.replace(attrs, data_layout="NCHW"))
+    out = _conv2d_type(((nchw, weight)), dataclasses.replace(attrs, data_layout="NCHW", out_layout=""))
     if out.shape[1] % block:
         raise ShapeError(f"nn.conv2d: weight {shape_text(weight.shape)} ({attrs.kernel_layout}) has "
                          f"{out.shape[1]} output channels, not divisible by the block {block} of data layout "
@@ -214,11 +229,14 @@ def _windows(x: np.ndarray, kernel, strides, dilation) -> np.ndarray:
 
 
 def _conv2d_reference(data: np.ndarray, weight: np.ndarray, attrs: Conv2DAttrs) -> np.ndarray:
+    if attrs.out_layout not in ("", attrs.data_layout):
+        out = _conv2d_reference(data, weight, dataclasses.replace(attrs, out_layout=""))
+        return transform_layout(out, attrs.data_layout, attrs.out_layout)
     if (attrs.data_layout, attrs.kernel_layout) == ("NCHW", "OIHW"):
         return _conv2d_reference_nchw(data, weight, attrs)
     if data_layout_block(attrs.data_layout):   # unblock, compute, reblock
         nchw = _conv2d_reference(transform_layout(data, attrs.data_layout, "NCHW"), weight,
-                                 dataclasses.replace(attrs, data_layout="NCHW"))
+                                 dataclasses.replace(attrs, data_layout="NCHW", out_layout=""))
         return transform_layout(nchw, "NCHW", attrs.data_layout)
     data = data.transpose([attrs.data_layout.index(axis) for axis in "NCHW"])
     if attrs.kernel_layout in KERNEL_LAYOUTS:
