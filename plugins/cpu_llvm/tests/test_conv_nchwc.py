@@ -132,3 +132,10 @@ def test_blocked_pools_match_numpy(kind, size, stride, pad, ceil_mode, block):
     assert [e["strategy"] for e in lib.summary()["strategies"].values()] == ["cpu_llvm.pool_nchwc"]
     got = transform_layout(lib(transform_layout(x, "NCHW", layout)), layout, "NCHW")
     np.testing.assert_allclose(got, _numpy_pool(x, kind, size, stride, pad, ceil_mode), rtol=1e-5, atol=1e-5)
+
+
+def test_prime_widths_get_a_tile_with_a_tail():
+    from tensorkiln_cpu_llvm.strategies.conv_nchwc import tile_columns
+    assert tile_columns(56, 12, 64) == 8 and tile_columns(55, 12, 64) == 11 and tile_columns(7, 12, 64) == 7
+    assert tile_columns(13, 12, 64) == 7      # two tiles, one column wasted, instead of 13 tiles of 1
+    assert tile_columns(13, 12, 3) == 1       # a 3-channel stem keeps divisors: its bounds checks would not hoist

@@ -37,6 +37,19 @@ from .anchors import ANCHOR_SCHEDULES, accumulator
 __all__ = ["conv_nchwc_strategies", "preferred_block", "apply_conv2d_nchwc", "apply_pool_nchwc"]
 
 REG_N_CANDIDATES = (4, 7, 8, 12, 14, 16, 24, 28)
+TAIL_MIN_CHANNELS = 16
+"""A column tile with a tail needs this many input channels: its bounds check then sits outside the
+unrolled channel loop (as the NHWC tile's, anchors.nhwc_tile)."""
+
+
+def tile_columns(out_width: int, most: int, in_channels: int) -> int:
+    """Output columns per register tile, at most `most`: the largest divisor of the width (no tail), unless
+    it fills fewer than half of `most` (squeezenet's 13- and 55-wide outputs); then the width in
+    [most / 2, most] whose tail tile wastes the fewest columns (13 wide, most 12: tiles of 7)."""
+    width = divisor_at_most(out_width, most)
+    if 2 * width >= most or width == out_width or in_channels < TAIL_MIN_CHANNELS:
+        return width
+    return min(range(max(1, most // 2), most + 1), key=lambda t: (-(-out_width // t) * t - out_width, -t))
 
 
 def preferred_block(target) -> int:
@@ -70,7 +83,11 @@ def apply_conv2d_nchwc(s, anchor, output, target, config: dict) -> None:
     out = s[output]
     batch, chunk, row, column, block = out.op.axis
     oc_blocks = divisor_at_most(int(output.shape[1]), config.get("oc_blocks", 1))
-    reg_n = divisor_at_most(int(output.shape[3]), max(1, config["reg_n"] // oc_blocks))
+    in_channels = 1
+    for axis in anchor.op.reduce_axis:
+        if axis.var.name in ("rco", "rci"):
+            in_channels *= extent_of(axis)
+    reg_n = tile_columns(int(output.shape[3]), max(1, config["reg_n"] // oc_blocks), in_channels)
     chunk, chunk_inner = out.split(chunk, factor=oc_blocks)
     column_outer, column_inner = out.split(column, factor=reg_n)
     out.reorder(batch, chunk, row, column_outer, chunk_inner, column_inner, block)
