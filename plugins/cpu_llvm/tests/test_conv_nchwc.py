@@ -139,3 +139,60 @@ def test_prime_widths_get_a_tile_with_a_tail():
     assert tile_columns(56, 12, 64) == 8 and tile_columns(55, 12, 64) == 11 and tile_columns(7, 12, 64) == 7
     assert tile_columns(13, 12, 64) == 7      # two tiles, one column wasted, instead of 13 tiles of 1
     assert tile_columns(13, 12, 3) == 1       # a 3-channel stem keeps divisors: its bounds checks would not hoist
+
+
+def _randomized(model, seed=0):
+    """The light zoo fills every weight with one value (ConstantOfShape), under which a channel mix-up in a
+    layout goes unseen: each weight gets random values here, of a scale that keeps activations O(1)."""
+    import onnx
+    from onnx import numpy_helper
+
+    rng = np.random.default_rng(seed)
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    shapes = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    users = {}
+    for node in model.graph.node:
+        for index, name in enumerate(node.input):
+            users.setdefault(name, (node.op_type, index))
+    kept = []
+    for node in model.graph.node:
+        if node.op_type != "ConstantOfShape" or node.input[0] not in shapes:
+            kept.append(node)
+            continue
+        shape = tuple(int(d) for d in shapes[node.input[0]])
+        op, index = users.get(node.output[0], ("", 0))
+        if (op, index) in (("Conv", 1), ("Gemm", 1)):
+            fan_in = int(np.prod(shape[1:])) if op == "Conv" else shape[-1]
+            value = rng.standard_normal(shape) / np.sqrt(max(fan_in, 1))
+        elif op == "BatchNormalization" and index in (1, 4):
+            value = rng.uniform(0.5, 1.5, shape)
+        else:
+            value = rng.standard_normal(shape) * 0.1
+        model.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), node.output[0]))
+        if model.ir_version < 4:   # before IR 4 every initializer is also a graph input
+            model.graph.input.append(onnx.helper.make_tensor_value_info(node.output[0], onnx.TensorProto.FLOAT, shape))
+    del model.graph.node[:]
+    model.graph.node.extend(kept)
+    return model
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["resnet50", "inception_v1"])
+@pytest.mark.parametrize("target", ["cpu_llvm", pytest.param("cpu_llvm -mcpu=haswell", marks=needs_avx2)])
+def test_light_models_in_the_blocked_layout_match_onnxruntime(name, target):
+    import os
+
+    import onnx
+    ort = pytest.importorskip("onnxruntime")
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
+    model = _randomized(onnx.load(path))
+    (data,) = [i for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    shape = [d.dim_value for d in data.type.tensor_type.shape.dim]
+    x = RNG.uniform(0, 1, size=shape).astype("float32")
+    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {data.name: x})[0]
+    block = preferred_block(tk.target(target))
+    lib = tk.compile(model, target, context=PassContext(config={"alter_layout": {"nn.conv2d": f"NCHW{block}c"}}))
+    blocked = sum(e["strategy"] == "cpu_llvm.conv2d_nchwc" for e in lib.summary()["strategies"].values())
+    assert blocked >= 20
+    np.testing.assert_allclose(lib(x), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
