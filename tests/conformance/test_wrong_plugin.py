@@ -188,7 +188,7 @@ def wrong_site(tmp_path_factory):
                            '\n[[intrinsics]]\nname = "acme_dot4"\ndtypes = ["int32"]\n',
             intrinsics={"acme_mm4": _MM4["acme_mm4"]}, with_dot4=True),
         # a blocked layout preference (the example of hooks.md) the core cannot honour
-        _wrong_scaffold(root, "kiln_layout", manifest_extra='\n[[layouts]]\nop = "nn.conv2d"\nlayout = "NCHW8c"\n'),
+        _wrong_scaffold(root, "kiln_layout", manifest_extra='\n[[layouts]]\nop = "nn.conv2d"\nlayout = "NCHW6c"\n'),
         # a target that runs almost nothing itself: models pass through fallback
         _wrong_scaffold(root, "kiln_share", manifest_edits={_SCAFFOLD_OPS: 'supported = ["add", "nn.relu"]'}),
         # intrinsics that ignore the accumulate flag (either way), or assume a row stride of 4
@@ -245,7 +245,7 @@ def test_a_layout_preference_the_core_cannot_honour_fails_naming_op_and_layout(w
     assert code == 1
     assert set(failed) == {"manifest/layouts", "models/layout_preferences"}
     for check in failed.values():
-        assert "nn.conv2d NCHW8c: alter_layout cannot convert nn.conv2d to data layout NCHW8c" in check["message"]
+        assert "nn.conv2d NCHW6c: alter_layout cannot convert nn.conv2d to data layout NCHW6c" in check["message"]
 
 
 def test_models_level_reports_the_share_of_ops_on_the_target_and_can_require_one(wrong_site):

@@ -117,3 +117,17 @@ def test_a_converted_chain_compiles_for_cpu_llvm_and_matches_numpy(layout):
     np.testing.assert_allclose(lib(data), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
     strategies = lib.summary()["strategies"].values()
     assert sum("nn.conv2d" in entry["ops"] for entry in strategies) == 3
+
+
+@pytest.mark.parametrize("layout", ["NCHW8c", "NCHW16c"])
+def test_the_conformance_kit_checks_a_blocked_preference_on_its_residual_cnn(layout, monkeypatch):
+    """A target preferring NCHW{x}c passes models/layout_preferences: every conv of the kit's CNN (its
+    channels widened to the block) takes the layout, the stem through out_layout."""
+    import sys
+
+    from tensorkiln.conformance.levels.models import _layout_check
+
+    module = sys.modules["tensorkiln.passes.alter_layout"]
+    monkeypatch.setattr(module, "layout_preferences", lambda target, config=None: {"nn.conv2d": (layout, None)})
+    facts = _layout_check(0)(tk.target("cpu_llvm"))
+    assert facts["layout"] == layout and facts["convs"] == facts["conv_kernels_on_target"] == 3

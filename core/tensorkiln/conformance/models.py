@@ -30,8 +30,9 @@ def mlp(seed: int = 0):
     return graph.Module.from_expr(graph.nn.softmax(y, axis=-1)), {"x": rng.standard_normal((4, 16)).astype("float32")}
 
 
-def residual_cnn(seed: int = 0):
-    """x[1, 3, 8, 8] -> conv 3x3 (8) + relu -> residual block (conv, relu, conv, add, relu) -> pool -> dense 5."""
+def residual_cnn(seed: int = 0, channels: int = 8):
+    """x[1, 3, 8, 8] -> conv 3x3 (`channels`) + relu -> residual block (conv, relu, conv, add, relu) -> pool
+    -> dense 5. More channels let a blocked layout (NCHW16c) take every conv."""
     from .. import graph
 
     rng = np.random.default_rng(seed)
@@ -42,12 +43,12 @@ def residual_cnn(seed: int = 0):
         bias = graph.const(_weights(rng, out_channels, scale=0.1))
         return graph.nn.bias_add(graph.nn.conv2d(data, weight, padding=(1, 1, 1, 1)), bias, axis=1)
 
-    stem = graph.nn.relu(conv(x, 8, 3))
-    block = conv(graph.nn.relu(conv(stem, 8, 8)), 8, 8)
+    stem = graph.nn.relu(conv(x, channels, 3))
+    block = conv(graph.nn.relu(conv(stem, channels, channels)), channels, channels)
     residual = graph.nn.relu(graph.add(block, stem))
     pooled = graph.reshape(graph.nn.global_avg_pool2d(graph.nn.max_pool2d(residual, pool_size=(2, 2), strides=(2, 2))),
-                           (1, 8))
-    logits = graph.nn.dense(pooled, graph.const(_weights(rng, 5, 8)))
+                           (1, channels))
+    logits = graph.nn.dense(pooled, graph.const(_weights(rng, 5, channels)))
     return graph.Module.from_expr(logits), {"x": rng.standard_normal((1, 3, 8, 8)).astype("float32")}
 
 

@@ -77,11 +77,13 @@ def _check(name: str, seed: int, min_share: float):
 
 
 def _conv_layouts(lib: Any) -> list[str]:
-    """Data layouts of the nn.conv2d calls of a CompiledModel's final graph (fused groups included)."""
+    """Output layouts of the nn.conv2d calls of a CompiledModel's final graph (fused groups included): the
+    data layout, or the out_layout of a first conv that reads NCHW data into a blocked layout."""
     from ...graph import Call, post_order
     from ...graph.registry import Op
 
-    return [node.attrs.data_layout for node in post_order(lib.graph.main.body, into_functions=True)
+    return [node.attrs.out_layout or node.attrs.data_layout
+            for node in post_order(lib.graph.main.body, into_functions=True)
             if isinstance(node, Call) and isinstance(node.op, Op) and node.op.name == "nn.conv2d"]
 
 
@@ -90,6 +92,7 @@ def _layout_check(seed: int):
         import tensorkiln as tk
         from ...graph import evaluate
         from ...passes import PassContext
+        from ...graph import data_layout_block
         from ...passes.alter_layout import check_preference, layout_preferences
 
         preferences = layout_preferences(target)
@@ -99,7 +102,7 @@ def _layout_check(seed: int):
             raise CheckFailure("contract", f"layout preferences of {target.name} the core cannot honour, ignored "
                                f"when compiling: {'; '.join(problems)}")
         layout, weight = preferences["nn.conv2d"]
-        mod, inputs = residual_cnn(seed)
+        mod, inputs = residual_cnn(seed, channels=max(8, data_layout_block(layout)))   # NCHW16c: 16 channels
         expected = evaluate(mod, inputs)
         # The preference as a config entry: applied whatever alter_layout's cost guard would decide,
         # so the target's kernels in this layout are exercised on a model this small.

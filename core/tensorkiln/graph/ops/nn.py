@@ -10,7 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ...ir.errors import DTypeError, ShapeError
-from ..attrs import Attrs
+from ..attrs import Attrs, AttrsError
 from ..registry import OpPattern, register_op
 from ..types import TensorType
 from .layout import parse_layout, primal_axes, primal_sizes, transform_layout
@@ -96,8 +96,8 @@ class Conv2DAttrs(Attrs):
     def _check(self) -> None:
         _pair_check(self, "strides", "dilation")
         if self.data_layout not in DATA_LAYOUTS and not data_layout_block(self.data_layout):
-            self.fail(f"data_layout {self.data_layout!r} is not one of {DATA_LAYOUTS} nor a blocked layout "
-                      "NCHW{x}c with x a power of two such as 'NCHW8c'")
+            raise AttrsError(f"Conv2DAttrs.data_layout = {self.data_layout!r} is not one of {DATA_LAYOUTS} nor a "
+                             "blocked layout NCHW{x}c with x a power of two such as 'NCHW8c'")
         if data_layout_block(self.data_layout) and self.groups != 1:
             self.fail(f"data_layout {self.data_layout!r} with groups={self.groups}: grouped and depthwise convs "
                       "have no blocked compute; keep them in NCHW or NHWC")
@@ -544,8 +544,8 @@ POOL_LAYOUTS = ("NCHW", "NHWC")
 
 def _check_pool_layout(attrs: Attrs) -> None:
     if attrs.layout not in POOL_LAYOUTS and not data_layout_block(attrs.layout):
-        attrs.fail(f"layout {attrs.layout!r} is not one of {POOL_LAYOUTS} nor a blocked layout NCHW{{x}}c with "
-                   "x a power of two such as 'NCHW8c'")
+        raise AttrsError(f"{type(attrs).__name__}.layout = {attrs.layout!r} is not one of {POOL_LAYOUTS} nor a blocked "
+                         "layout NCHW{x}c with x a power of two such as 'NCHW8c'")
 
 @dataclass(frozen=True, slots=True)
 class MaxPool2DAttrs(Attrs):
