@@ -11,7 +11,8 @@ Two passes bring more calls into that form, between reshapes:
   host, against onnxruntime's Conv): the NCHW conv schedule took 1.7-2.6x onnxruntime's time,
   the GEMM 0.74-1.34x; shufflenet's grouped 1x1 layers 2.7-4.9x before, 1.4-1.75x after. NHWC
   convs keep the NHWC register tile (0.93-1.18x the GEMM's time on the same shapes) unless the
-  output channels are not a multiple of a vector (13x13x512 -> 1000: the GEMM takes 0.21x).
+  output channels are not a multiple of a vector (13x13x512 -> 1000: the GEMM takes 0.21x), or
+  without AVX-512 of two (`_nhwc_tile_vectors`).
 - `cpu_llvm_flatten_matmul`: nn.matmul of x[..., M, K] with a 2-D W[K, N] (a transformer's
   projections: x[batch, tokens, features]) becomes `reshape(matmul(x[B*M, K], W), [..., M, N])`,
   and a matmul of two operands of rank 4 or more with the same leading extents (attention's
@@ -179,6 +180,16 @@ def _conv1x1_weight(node) -> np.ndarray | None:
     return value.reshape(value.shape[0], value.shape[3])
 
 
+def _nhwc_tile_vectors(target) -> int:
+    """Output-channel vectors the NHWC register tile needs to be as fast as the GEMM: one with AVX-512,
+    whose FMAs take the broadcast input as an operand ({1to16}), two without it, where a one-vector tile
+    spends a broadcast load on every FMA. Measured, 1 thread, CPU time: AVX2 squeezenet (its 13x13x512
+    -> 1000 conv, 1000 channels of 8-wide vectors but not 16) 0.94x as a GEMM; with AVX-512, rewriting
+    the 48- and 16-channel convs of squeezenet and inception_v1 too ran 1.015x and 1.005x, so not there."""
+    from .host import cpu_facts
+    return 1 if cpu_facts(target).vector_bits >= 512 else 2
+
+
 def conv1x1_as_matmul(mod: Module, target=None) -> Module:
     """Rewrite batch-1 1x1 stride-1 unpadded float32 convs with constant weights to GEMMs (module docstring)."""
     from .host import cpu_facts
@@ -199,7 +210,7 @@ def conv1x1_as_matmul(mod: Module, target=None) -> Module:
             view = View("channels_first", out_shape, _shape(gemm))
         else:
             _, height, width, channels = _shape(data)
-            if matrix.shape[0] % (cpu_facts(target).vector_bits // 32) == 0:
+            if matrix.shape[0] % (_nhwc_tile_vectors(target) * cpu_facts(target).vector_bits // 32) == 0:
                 return None   # the NHWC register tile is as fast (0.93-1.18x the GEMM's time) and keeps its bits
             gemm = call("nn.matmul", call("reshape", data, newshape=(height * width, channels)),
                         owned_constant(np.ascontiguousarray(matrix.T)))
