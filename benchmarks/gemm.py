@@ -42,6 +42,9 @@ from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 import tensorkiln as tk  # noqa: E402
 from tensorkiln import te  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_sweep import QUIESCE_SECONDS  # noqa: E402  (OpenBLAS's idle threads spin ~0.1 s after a call)
+
 
 def matmul(size: int):
     a = te.placeholder((size, size), name="A")
@@ -211,10 +214,13 @@ def main() -> None:
                     wall, cpu = seconds_per_call(runs[name], 1)
                     seconds[name].append(wall)
                     cpu_seconds[name].append(cpu)
-            # interleave the other rows, so that load from other processes hits all of them alike
+            # interleave the other rows, so that load from other processes hits all of them alike; with
+            # several threads, after a pause: the row before's idle threads (OpenBLAS's spin ~0.1 s) would
+            # take the cores this row's threads need, and be counted in its process CPU time
             for _ in range(args.repeat):
                 for name, run in runs.items():
                     if not name.endswith("naive"):
+                        time.sleep(QUIESCE_SECONDS if threads != 1 else 0.0)
                         wall, cpu = seconds_per_call(run, 3)
                         seconds[name].append(wall)
                         cpu_seconds[name].append(cpu)
