@@ -29,7 +29,8 @@ def numpy_conv(x: np.ndarray, w: np.ndarray, strides=(1, 1), padding=(0, 0, 0, 0
     for i in range(kh):
         for j in range(kw):
             y0, x0 = i * dilation[0], j * dilation[1]
-            window = x[:, :, y0:y0 + (out_h - 1) * strides[0] + 1:strides[0], x0:x0 + (out_w - 1) * strides[1] + 1:strides[1]]
+            rows = slice(y0, y0 + (out_h - 1) * strides[0] + 1, strides[0])
+            window = x[:, :, rows, x0:x0 + (out_w - 1) * strides[1] + 1:strides[1]]
             out += np.einsum("nchw,oc->nohw", window, w[:, :, i, j].astype(np.float64))
     return out
 

@@ -25,9 +25,9 @@ Supported: NCHW <-> NHWC data layouts (weights HWIO or OHWI), and blocked NCHW{x
 power of two, weights OIHW{x}i{x}o: TVM's conv2d_NCHWc). In a blocked region only convs of
 one group whose output channels divide by x convert (the others stay NCHW, with transforms at
 their edges); one whose input channels do not divide (a first conv on 3 channels) reads NCHW
-data and writes blocked output (out_layout, weights OIHW{C}i{x}o), as TVM's first layer does; a bias_add with a constant bias becomes an add of the bias
-blocked as (C/x, 1, 1, x), as broadcast constants of shape (C, 1, 1) do; pools take the
-blocked layout; a concatenate along C stays blocked (along the outer C axis) when each
+data and writes blocked output (out_layout, weights OIHW{C}i{x}o), as TVM's first layer does;
+a bias_add with a constant bias becomes an add of the bias blocked as (C/x, 1, 1, x), as
+broadcast constants of shape (C, 1, 1) do; pools take the blocked layout; a concatenate along C stays blocked (along the outer C axis) when each
 input's channels divide by x; lrn and resize stay NCHW. `check_preference` says whether a
 preference is honoured, and the conformance kit reports one that is not.
 
