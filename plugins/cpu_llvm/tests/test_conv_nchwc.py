@@ -196,3 +196,20 @@ def test_light_models_in_the_blocked_layout_match_onnxruntime(name, target):
     blocked = sum(e["strategy"] == "cpu_llvm.conv2d_nchwc" for e in lib.summary()["strategies"].values())
     assert blocked >= 20
     np.testing.assert_allclose(lib(x), expected, rtol=1e-4, atol=1e-5 * np.abs(expected).max())
+
+
+def test_the_tuner_extracts_blocked_conv_tasks_inside_the_pass_context():
+    """The layout is a graph-level choice: tasks extracted under the preference are the blocked convs,
+    with their knobs (the same PassContext then compiles with the tuned records)."""
+    from tensorkiln import tune
+
+    data = graph.var("x", shape=(1, 16, 10, 10))
+    y = graph.nn.relu(graph.nn.conv2d(data, graph.const(_random(32, 16, 3, 3)), padding=1))
+    model = graph.Module.from_expr(graph.nn.conv2d(y, graph.const(_random(16, 32, 1, 1))))
+    with PassContext(config={"alter_layout": {"nn.conv2d": "NCHW8c"}}):
+        tasks = tune.extract_tasks(model, "cpu_llvm")
+    assert len(tasks) == 2
+    for task in tasks:
+        assert task.implementation.name == "cpu_llvm.conv2d_nchwc"
+        assert {knob.name for knob in task.space.knobs} == {"reg_n", "unroll_kw", "oc_blocks"}
+    assert all(t.implementation.name != "cpu_llvm.conv2d_nchwc" for t in tune.extract_tasks(model, "cpu_llvm"))
