@@ -9,14 +9,15 @@ each a vector (TVM's tile is one block; two let each broadcast input feed two FM
       for ow_chunk:
         acc[oc_blocks][columns][x] = 0                      (local: vector registers)
         for rco, ry, rx, rci:                               (unroll_kw: rco, ry, rci, rx with rx unrolled)
-          for block, column (unrolled): acc[block][column][:] += pad[.., rci] (broadcast) * w[oc, rco, ry, rx, rci, :]
+          for block, column (unrolled):
+            acc[block][column][:] += pad[.., rci] (broadcast) * w[oc, rco, ry, rx, rci, :]
         for block, column: out[b, oc, oh, ow, :] = epilogue(acc[block][column][:])   (vectorized over ob)
 
 The padded input is materialized first (in parallel), so the tile reads it without bounds checks.
 Knobs (`_conv_space`): reg_n (accumulators per tile: at most three quarters of the vector registers,
 the rest for the weight vectors and the broadcast input, and at most 16, see `_default_reg_n`),
-oc_blocks and unroll_kw. Two blocks measured 10-15% faster than one on resnet-like 3x3 and 1x1 convs (AVX-512,
-1 thread, 24 accumulators: 56x56x64 1.57 -> 1.42 ms, 14x14x256 1.26 -> 1.12, 7x7x512 1.70 -> 1.40).
+oc_blocks and unroll_kw. Two blocks measured 10-15% faster than one on resnet-like 3x3 and 1x1 convs
+(AVX-512, 1 thread, 24 accumulators: 56x56x64 1.57 -> 1.42 ms, 14x14x256 1.26 -> 1.12, 7x7x512 1.70 -> 1.40).
 The block x comes from the alter_layout preference; `preferred_block(target)` gives the host's
 vector lanes (8 on AVX2, 16 on AVX-512) for users who ask for NCHW{lanes}c.
 
@@ -34,7 +35,7 @@ from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, 
 from ..host import cpu_facts
 from .anchors import ANCHOR_SCHEDULES, accumulator
 
-__all__ = ["conv_nchwc_strategies", "preferred_block", "apply_conv2d_nchwc", "apply_pool_nchwc"]
+__all__ = ["conv_nchwc_strategies", "preferred_block", "tile_columns", "apply_conv2d_nchwc", "apply_pool_nchwc"]
 
 REG_N_CANDIDATES = (4, 7, 8, 12, 14, 16, 24, 28)
 TAIL_MIN_CHANNELS = 16
@@ -61,23 +62,24 @@ MAX_DEFAULT_ACCUMULATORS = 16
 
 
 def _default_reg_n(target) -> int:
-    """Three quarters of the vector registers, at most 16, hold accumulators (AVX2: 12 of 16, AVX-512: 16 of
-    32). Measured on one Zen 5 core, two blocks per tile: on AVX-512, 16 ran resnet50's and squeezenet's conv
-    shapes as fast as 24 or faster, and inception's 55-wide 64 -> 192 3x3 in 4.0 ms against 5.5 (24 makes
-    its tile 11 columns x 2 blocks, 22 accumulators); on AVX2, 12 beat 8 on 9 of 11 shapes."""
+    """Three quarters of the vector registers, at most 16, hold accumulators (AVX2: 12 of 16, AVX-512: 16
+    of 32). Measured on one core of an AMD EPYC (AVX-512) host, two blocks per tile: on AVX-512, 16 ran
+    resnet50's and squeezenet's conv shapes as fast as 24 or faster, and inception's 55-wide 64 -> 192
+    3x3 in 4.0 ms against 5.5 (24 makes its tile 11 columns x 2 blocks, 22 accumulators); on AVX2, 12
+    beat 8 on 9 of 11 shapes."""
     return min(cpu_facts(target).vector_registers * 3 // 4, MAX_DEFAULT_ACCUMULATORS)
 
 
 def _conv_space(workload, target) -> TuningSpace:
     default = _default_reg_n(target)
-    most = cpu_facts(target).vector_registers - 2     # one weight vector, one broadcast input
+    most = cpu_facts(target).vector_registers - 2     # beside a weight vector and the broadcast input
     candidates = sorted({r for r in REG_N_CANDIDATES if r <= most} | {default})
     return TuningSpace((Knob("reg_n", tuple(candidates), default), Knob("unroll_kw", (False, True), False),
                         Knob("oc_blocks", (1, 2), 2)))
 
 
 def apply_conv2d_nchwc(s, anchor, output, target, config: dict) -> None:
-    """NCHW{x}c conv: reg_n output columns x one channel block per register tile (module docstring)."""
+    """NCHW{x}c conv: register tiles of oc_blocks channel blocks x reg_n / oc_blocks columns (module docstring)."""
     for producer in anchor.op.input_tensors:
         if producer.op.tag == "injective.pad" and producer.op in s.stage_map:
             schedule_injective_stage(s, producer, target)   # materialized: the tile reads no bounds checks
