@@ -46,7 +46,7 @@ def _implementation(target, name):
 def test_block_and_register_tile_follow_the_cpu(target, block, reg_n):
     assert preferred_block(tk.target(target)) == block
     space = _implementation(target, "cpu_llvm.conv2d_nchwc").space(Workload(), tk.target(target))
-    assert space.default_config() == {"reg_n": reg_n, "unroll_kw": False, "oc_blocks": 2}
+    assert space.default_config() == {"reg_n": reg_n, "unroll_kw": block == 16, "oc_blocks": 2}   # no call: channels unknown
     assert max(space.knobs[0].candidates) <= (16 if block == 8 else 32) - 2   # a weight vector and an input left
 
 
@@ -213,3 +213,19 @@ def test_the_tuner_extracts_blocked_conv_tasks_inside_the_pass_context():
         assert task.implementation.name == "cpu_llvm.conv2d_nchwc"
         assert {knob.name for knob in task.space.knobs} == {"reg_n", "unroll_kw", "oc_blocks"}
     assert all(t.implementation.name != "cpu_llvm.conv2d_nchwc" for t in tune.extract_tasks(model, "cpu_llvm"))
+
+
+@pytest.mark.parametrize("target, channels, unroll", [(HASWELL, 64, True), (HASWELL, 256, False), (SKYLAKE, 256, True)])
+def test_kernel_columns_unroll_where_the_registers_allow(target, channels, unroll):
+    data = graph.var("x", shape=(1, channels // 8, 9, 9, 8))
+    call = graph.Module.from_expr(graph.nn.conv2d(data, graph.var("w", shape=(2, channels // 8, 3, 3, 8, 8)),
+                                                  data_layout="NCHW8c", kernel_layout="OIHW8i8o")).main.body
+    space = _implementation(target, "cpu_llvm.conv2d_nchwc").space(Workload(call=call), tk.target(target))
+    assert space.default_config()["unroll_kw"] is unroll
+
+
+def test_the_register_tile_takes_one_block_when_two_would_leave_accumulators_idle():
+    from tensorkiln_cpu_llvm.strategies.conv_nchwc import register_tile
+    assert register_tile(27, 16, 12, 2, 96) == (1, 9)    # AVX2: 9 columns, not 3 columns x 2 blocks
+    assert register_tile(56, 16, 12, 2, 96) == (2, 4)
+    assert register_tile(56, 3, 12, 2, 96) == (1, 8)     # an odd number of blocks cannot pair
