@@ -95,12 +95,12 @@ UNROLL_KW_MAX_CHANNELS = 128
 
 
 def _default_unroll_kw(workload, target) -> bool:
-    """Unroll the kernel columns (one rci step then feeds kw x tile FMAs) with 32 vector registers, and with
-    16 only below UNROLL_KW_MAX_CHANNELS input channels. Conv kernel times, 1 thread, unrolled / not:
-    AVX-512 0.71 (7x7 512 -> 512 3x3) to 1.06; AVX2 0.54 (13x13 24 -> 64 5x5), 0.79 (27x27 96 -> 128 3x3),
-    1.00-1.03 at 64 and 128 channels, but 1.16 (7x7 512) and 1.71 (14x14 256): spilled registers."""
-    if cpu_facts(target).vector_registers >= 32:
-        return True
+    """Unroll the kernel columns (one rci step then feeds kw x tile FMAs) below UNROLL_KW_MAX_CHANNELS input
+    channels. Conv kernel times, 1 thread, unrolled / not, AVX2: 0.54 (13x13 24 -> 64 5x5), 0.79 (27x27
+    96 -> 128 3x3), 1.00-1.03 at 64 and 128 channels, 1.16 (7x7 512) and 1.71 (14x14 256: registers
+    spilled); AVX-512 kernels 0.91-1.06 below 128 channels. Unrolled everywhere, whole models ran slower:
+    AVX-512 resnet50 40.15 against 39.10 ms, inception_v1 15.50 against 15.39; AVX2 resnet50 90.4
+    against 83.1 (but inception_v1 30.6 against 32.2, which the channel rule keeps)."""
     channels = _in_channels(workload)
     return channels is not None and channels < UNROLL_KW_MAX_CHANNELS
 
