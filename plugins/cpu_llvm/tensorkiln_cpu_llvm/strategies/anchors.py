@@ -480,7 +480,7 @@ def _parallel_if_large(stage, axis, output, target) -> None:
     size = 1
     for d in output.shape:
         size *= int(d)
-    if size >= PARALLEL_MIN_WORK // 16:
+    if size >= PARALLEL_MIN_WORK // 32:   # 1024 outputs, each a whole window or reduction
         _parallel(stage, axis, target)
 
 
