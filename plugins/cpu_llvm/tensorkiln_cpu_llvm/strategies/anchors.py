@@ -472,15 +472,22 @@ def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
     # not fuse_all: a (1, 1024, 1, 1) global pool computed at such a loop summed all 1024
     # channels for each output (see fuse_for_attach)
     fused = fuse_for_attach(out, out.op.axis)
-    _parallel_if_large(out, fused, output, target)
+    _parallel_if_large(out, fused, output, target, anchor)
     s[anchor].compute_at(out, fused)
 
 
-def _parallel_if_large(stage, axis, output, target) -> None:
+def _parallel_if_large(stage, axis, output, target, reduction: te.Tensor | None = None) -> None:
+    """Parallel when there are 1024 outputs, each a whole window or reduction, or when the outputs times
+    the reduction's extent reach PARALLEL_MIN_WORK (squeezenet's global pool: 1000 channels of 169,
+    56 us on one thread)."""
     size = 1
     for d in output.shape:
         size *= int(d)
-    if size >= PARALLEL_MIN_WORK // 32:   # 1024 outputs, each a whole window or reduction
+    window = 1
+    for axis_ in (reduction.op.reduce_axis if reduction is not None and isinstance(reduction.op, te.ComputeOp)
+                  else ()):
+        window *= int(axis_.dom.extent)
+    if size >= PARALLEL_MIN_WORK // 32 or size * window >= PARALLEL_MIN_WORK:
         _parallel(stage, axis, target)
 
 
