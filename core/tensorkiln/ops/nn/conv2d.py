@@ -72,6 +72,15 @@ def pad_spatial(data: te.Tensor, padding: tuple[int, int, int, int], layout: str
     return te.compute(tuple(shape), body, name=name, tag=PAD_TAG)
 
 
+def conv_output_size(size: tuple[int, int], kernel: tuple[int, int], strides, padding, dilation) -> tuple[int, int]:
+    """(out_h, out_w) of a conv or pool window over `size` (h, w); padding is (top, left, bottom, right)."""
+    (height, width), (kernel_h, kernel_w) = size, kernel
+    (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
+    top, left, bottom, right = padding
+    return ((height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1,
+            (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1)
+
+
 def pad_nchw(data: te.Tensor, padding: tuple[int, int, int, int], name: str = "T_pad_data",
              value=0, extra: tuple[int, int] = (0, 0)) -> te.Tensor:
     """`pad_spatial` of NCHW data (pooling and the NCHW conv use it)."""
@@ -115,9 +124,7 @@ def conv2d_layout(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0
     batch, channels, height, width = (logical_data[a] for a in "NCHW")
     out_channels, group_channels, kernel_h, kernel_w = (logical_weight[a] for a in "OIHW")
     (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1
-    out_w = (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1
+    out_h, out_w = conv_output_size((height, width), (kernel_h, kernel_w), strides, padding, dilation)
     accumulate = out_dtype or accumulate_dtype(data.dtype)
     padded_tensor = pad_spatial(data, padding, data_layout)
     phased = None

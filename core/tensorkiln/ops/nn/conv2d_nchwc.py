@@ -25,7 +25,7 @@ from ...ir.errors import UnsupportedOpError
 from .._common import accumulate_dtype
 from ._accumulate import multiply_sum
 from . import conv2d as _conv2d
-from .conv2d import pad_spatial
+from .conv2d import conv_output_size, pad_spatial
 
 __all__ = ["conv2d_nchwc", "conv2d"]
 
@@ -60,9 +60,7 @@ def conv2d_nchwc(data: te.Tensor, weight: te.Tensor, strides=(1, 1), padding=(0,
             f"nn.conv2d: {data_layout} data {tuple(data.shape)} and {kernel_layout} weight {tuple(weight.shape)} "
             f"need input channels {outer * in_block} and output channels divisible by {block}")
     (stride_h, stride_w), (dil_h, dil_w) = strides, dilation
-    top, left, bottom, right = padding
-    out_h = (height + top + bottom - ((kernel_h - 1) * dil_h + 1)) // stride_h + 1
-    out_w = (width + left + right - ((kernel_w - 1) * dil_w + 1)) // stride_w + 1
+    out_h, out_w = conv_output_size((height, width), (kernel_h, kernel_w), strides, padding, dilation)
     accumulate = out_dtype or accumulate_dtype(data.dtype)
     padded = pad_spatial(data, padding, data_layout)
     read_weight = _weight_reader(weight, kernel_layout, in_block, block)
