@@ -290,15 +290,19 @@ def held_avx2_child_wanted(args) -> bool:
             and ort_isa.host_has_avx512())
 
 
-def run_avx2_child(argv: list[str] | None, suite: Suite) -> str:
-    """Run the avx2 column in a child process whose onnxruntime is held to AVX2 and whose OpenBLAS
-    uses its Haswell kernels; add its rows to `suite` and return its environment line. If the
-    library cannot be held, say so and measure against native onnxruntime in this process."""
+def held_onnxruntime_root() -> tuple[str | None, str]:
+    """(folder of the onnxruntime copy held to AVX2, "") or, when this build cannot be held, (None, why)."""
     try:
-        held_root = ort_isa.avx2_onnxruntime()
+        return ort_isa.avx2_onnxruntime(), ""
     except RuntimeError as error:
-        print(f"avx2 column: {error}")
-        return "avx2 column against onnxruntime's native kernels: " + str(error)
+        print(f"avx2 column against onnxruntime's native kernels: {error}")
+        return None, f"avx2 column against onnxruntime's native kernels: {error}"
+
+
+def run_avx2_child(argv: list[str] | None, suite: Suite, held_root: str) -> str:
+    """Run the avx2 column in a child process whose onnxruntime is the copy at `held_root` (held to
+    AVX2) and whose OpenBLAS uses its Haswell kernels; add its rows to `suite` and return its
+    environment line."""
     argv = list(sys.argv[1:] if argv is None else argv)
     with tempfile.TemporaryDirectory() as scratch:
         results = os.path.join(scratch, "avx2.json")
@@ -342,12 +346,14 @@ def main(argv: list[str] | None = None) -> int:
     print("-" * len(HEADER))
     suite = Suite()
     start = time.perf_counter()
-    child_isa = [i for i in args.isa if i == "avx2"] if held_avx2_child_wanted(args) else []
-    in_process = dict(vars(args), isa=[i for i in args.isa if i not in child_isa])
+    held_root, why_not = held_onnxruntime_root() if held_avx2_child_wanted(args) else (None, "")
+    if why_not:   # measured here, against onnxruntime's own kernels, and said so
+        env += "\n\n" + why_not
+    in_process = dict(vars(args), isa=[i for i in args.isa if not (i == "avx2" and held_root)])
     for name, kind in models_to_run(args.models):
         bench_model(name, kind, argparse.Namespace(**in_process), suite)
-    if child_isa:
-        env += "\n\n" + run_avx2_child(argv, suite)
+    if held_root:
+        env += "\n\n" + run_avx2_child(argv, suite, held_root)
     if args.results_json:
         with open(args.results_json, "w") as handle:
             json.dump({"env": env, "results": [dataclasses.asdict(r) for r in suite.results]}, handle)

@@ -50,21 +50,24 @@ def _extension_modules(package: str) -> list[str]:
             if name.startswith("onnxruntime_pybind11_state") and name.endswith(".so")]
 
 
-def avx2_onnxruntime(cache_root: str | None = None) -> str:
+def avx2_onnxruntime(cache_root: str | None = None, source: str | None = None, version: str | None = None) -> str:
     """A folder to put first on PYTHONPATH so that `import onnxruntime` loads a copy held to AVX2.
 
     The copy is made once per installed onnxruntime (keyed by its version and the extension's size
-    and mtime) under `cache_root` (default ~/.cache/tensorkiln/ort_avx2). Raises RuntimeError naming
+    and mtime) under `cache_root` (default ~/.cache/tensorkiln/ort_avx2). `source` / `version`: the
+    package folder and its version (default: the installed onnxruntime). Raises RuntimeError naming
     the library when the XCR0 probe sequence is not found, so no column is silently mislabelled."""
-    import onnxruntime
-    source = os.path.dirname(onnxruntime.__file__)
+    if source is None:
+        import onnxruntime
+        source, version = os.path.dirname(onnxruntime.__file__), onnxruntime.__version__
+    version = version or "unknown"
     modules = _extension_modules(source)
     if not modules:
         raise RuntimeError(f"no onnxruntime_pybind11_state*.so under {source}/capi: cannot hold onnxruntime to AVX2")
     stat = os.stat(modules[0])
-    key = hashlib.sha1(f"{onnxruntime.__version__}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    key = hashlib.sha1(f"{version}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     cache_root = cache_root or os.path.join(os.path.expanduser("~"), ".cache", "tensorkiln", "ort_avx2")
-    root = os.path.join(cache_root, f"{onnxruntime.__version__}-{key}")
+    root = os.path.join(cache_root, f"{version}-{key}")
     package = os.path.join(root, "onnxruntime")
     if os.path.exists(os.path.join(package, MARKER)):
         return root
@@ -82,11 +85,11 @@ def avx2_onnxruntime(cache_root: str | None = None) -> str:
         sites += count
     if sites == 0:
         shutil.rmtree(staging, ignore_errors=True)
-        raise RuntimeError(f"onnxruntime {onnxruntime.__version__} at {source}: the XCR0 probe sequence "
+        raise RuntimeError(f"onnxruntime {version} at {source}: the XCR0 probe sequence "
                            f"{XGETBV_SEQUENCE.hex()} was not found, so it cannot be held to AVX2 here; "
                            f"report the AVX2 column as against onnxruntime's native kernels")
     with open(os.path.join(staging, "onnxruntime", MARKER), "w") as handle:
-        handle.write(f"onnxruntime {onnxruntime.__version__}: {sites} XCR0 probe(s) masked to bits 0-4\n")
+        handle.write(f"onnxruntime {version}: {sites} XCR0 probe(s) masked to bits 0-4\n")
     shutil.rmtree(root, ignore_errors=True)
     os.replace(staging, root)
     return root
