@@ -17,7 +17,8 @@ implement them (they nest: "lower groups" holds "te -> tir" and "loop passes"):
 
     frontend         ONNX -> graph.Module (frontend/onnx.py from_onnx)
     graph passes     passes, placement and fusion (driver._partition)
-    lower groups     every distinct group -> PrimFunc (driver._lower_all)
+    lower groups     every distinct group -> PrimFunc (driver.lower_group; the emitter draws the groups
+                     as it compiles, so this phase runs inside "emit", overlapping the workers' LLVM)
       te -> tir        schedule -> loop nest (te.schedule_ops.ScheduleLowering.build)
       loop passes      simplify, vectorize, unroll, ... (the PassTimingInstrument's tir times)
     emit             the plugin's emitter: LLVM IR, optimisation, object code
@@ -105,9 +106,10 @@ def instrument(timer: PhaseTimer) -> None:
     import tensorkiln.compiler.dynamic as dynamic   # noqa: F401  (from_onnx is imported inside compile_onnx)
     timer.wrap(onnx_frontend, "from_onnx", "frontend")
     timer.wrap(driver, "_partition", "graph passes")
-    timer.wrap(driver, "_lower_all", "lower groups")
+    timer.wrap(driver, "lower_group", "lower groups")
     timer.wrap(schedule_ops.ScheduleLowering, "build", "  te -> tir")
     timer.wrap(emitter.LLVMEmitter, "emit", "emit")
+    timer.wrap(emitter.LLVMEmitter, "emit_stream", "emit")
     timer.wrap(emitter.LLVMEmitter, "_build_module", "  llvm ir build")
     timer.wrap(emitter, "_unoptimized_text", "  llvm ir text")
     timer.wrap(emitter, "_parse", "  llvm parse")
@@ -153,7 +155,7 @@ class ChunkTimeline:
     """When each chunk of a chunked module was optimised, and by which process (parallel_compile.py)."""
 
     def __init__(self) -> None:
-        self.chunks: list[tuple[str, float, float, int, str]] = []   # who, start, end, kernels, pipeline
+        self.chunks: list[tuple[str, float, float, int, str, int]] = []   # who, start, end, kernels, pipeline, IR kB
         self._emit_start = 0.0
 
     def install(self) -> None:
@@ -171,7 +173,8 @@ class ChunkTimeline:
                 finally:
                     pipeline = "light" if job.light else "full" if getattr(job, "vectorize", True) else "vectorized"
                     timeline.chunks.append((who, start - timeline._emit_start, time.perf_counter() - timeline._emit_start,
-                                            len(re.findall(r"^define i32 @", job.text, re.M)), pipeline))
+                                            len(re.findall(r"^define i32 @", job.text, re.M)), pipeline,
+                                            len(job.text) // 1000))
             return wrapper
 
         def emit_wrapper(function):
@@ -182,15 +185,15 @@ class ChunkTimeline:
 
         parallel_compile._exchange = recording(parallel_compile._exchange, "worker")
         parallel_compile.optimize_chunk = recording(parallel_compile.optimize_chunk, "parent")
-        emitter.LLVMEmitter.emit = emit_wrapper(emitter.LLVMEmitter.emit)
+        emitter.LLVMEmitter.emit_stream = emit_wrapper(emitter.LLVMEmitter.emit_stream)
 
     def report(self, chunks) -> None:
         if not chunks:
             print("  (no chunks: the module was optimised in one piece)")
             return
-        print(f"  {'chunk by':<9} {'start s':>7} {'end s':>7} {'kernels':>7}  pipeline")
-        for who, start, end, kernels, pipeline in sorted(chunks, key=lambda c: c[1]):
-            print(f"  {who:<9} {start:7.2f} {end:7.2f} {kernels:7d}  {pipeline}")
+        print(f"  {'chunk by':<9} {'start s':>7} {'end s':>7} {'kernels':>7} {'IR kB':>6}  pipeline")
+        for who, start, end, kernels, pipeline, size in sorted(chunks, key=lambda c: c[1]):
+            print(f"  {who:<9} {start:7.2f} {end:7.2f} {kernels:7d} {size:6d}  {pipeline}")
 
 
 _TIMELINE = ChunkTimeline()

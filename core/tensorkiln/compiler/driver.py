@@ -65,15 +65,22 @@ def _group_calls(mod: Module) -> list[Call]:
     return [node for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Function)]
 
 
-def _lower_all(calls: list[Call], primary: Target, tuning_db=None, context: PassContext | None = None
-               ) -> tuple[dict[str, list[GroupKernel]], dict[int, str]]:
-    """Lower every group once per distinct (function, target); identical groups share a kernel.
+@dataclasses.dataclass(frozen=True)
+class _Group:
+    """A distinct group to lower: its primitive function, kernel name and target."""
+
+    function: Function
+    name: str
+    target: Target
+
+
+def _distinct_groups(calls: list[Call], primary: Target) -> tuple[dict[str, list[_Group]], dict[int, str]]:
+    """The distinct (function, target) groups to lower, by target, and each call's kernel name;
+    identical groups share a kernel.
 
     A group runs on the target its function's "target" attr names (placement), else on `primary`.
-    `tuning_db.configs_for(function, target)` gives a group's tuned knob values (or None: defaults);
-    the kernel's strategy report names the record it applied.
     """
-    kernels: dict[str, list[GroupKernel]] = {}
+    groups: dict[str, list[_Group]] = {}
     by_key: dict[tuple, str] = {}
     names: dict[int, str] = {}
     used: set[str] = set()
@@ -90,15 +97,27 @@ def _lower_all(calls: list[Call], primary: Target, tuning_db=None, context: Pass
                 suffix += 1
                 name = f"{base}_{suffix}"
             used.add(name)
-            configs = tuning_db.configs_for(call.op, target) if tuning_db is not None else None
-            kernel = lower_group(call.op, name, target, configs, context)
-            if tuning_db is not None:   # which record the group used (None: its analytic defaults)
-                applied = getattr(configs, "applied", None)
-                kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "tuning_record": applied})
-            kernels.setdefault(str(target), []).append(kernel)
+            groups.setdefault(str(target), []).append(_Group(call.op, name, target))
             by_key[key] = name
         names[id(call)] = by_key[key]
-    return kernels, names
+    return groups, names
+
+
+def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[GroupKernel]):
+    """Each group's PrimFunc, lowered when it is drawn (the emitter draws them while it compiles the
+    first ones, Emitter.emit_stream); each GroupKernel is appended to `into`.
+
+    `tuning_db.configs_for(function, target)` gives a group's tuned knob values (or None: defaults);
+    the kernel's strategy report names the record it applied.
+    """
+    for group in groups:
+        configs = tuning_db.configs_for(group.function, group.target) if tuning_db is not None else None
+        kernel = lower_group(group.function, group.name, group.target, configs, context)
+        if tuning_db is not None:   # which record the group used (None: its analytic defaults)
+            applied = getattr(configs, "applied", None)
+            kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "tuning_record": applied})
+        into.append(kernel)
+        yield kernel.func
 
 
 @holding_gc
@@ -145,8 +164,8 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
                         f"tensorkiln.tune.Database({str(tuning_db)!r})")
     # groups that only reshape run no kernel: their output aliases their input (compiler/alias_steps.py)
     aliases = alias_group_calls(calls, target, registry(), zero_copy_reshape and context.opt_level >= 1)
-    kernels, names = _lower_all([c for c in calls if control_call(c.op) is None and id(c) not in aliases],
-                                target, tuning_db, context=context)
+    groups, names = _distinct_groups([c for c in calls if control_call(c.op) is None and id(c) not in aliases],
+                                     target)
     names.update({id(c): group_name(c.op) for c in calls if id(c) in aliases})
     # If/Loop/Scan: each body compiled as a model of its own, the group a host step of the plan
     programs, program_names = compile_control_steps(
@@ -154,13 +173,17 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         lambda body: compile(body, target, strict=strict, context=context, memory_limit=memory_limit,
                              tuning_db=tuning_db, zero_copy_reshape=zero_copy_reshape))
     names.update(program_names)
+    # each target's groups are lowered as its emitter draws them: code generation overlaps lowering
+    kernels: dict[str, list[GroupKernel]] = {}
+    artifacts, target_objects = {}, {}
+    for target_text, target_groups in groups.items():
+        resolved = target_groups[0].target
+        kernels[target_text] = []
+        artifacts[target_text] = resolved.spec.emitter.emit_stream(
+            _lowered(target_groups, tuning_db, context, kernels[target_text]), resolved, len(target_groups))
+        target_objects[target_text] = resolved
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
-    artifacts, target_objects = {}, {}
-    for target_text, group_kernels in kernels.items():
-        resolved = registry().target(target_text)
-        artifacts[target_text] = resolved.spec.emitter.emit([k.func for k in group_kernels], resolved)
-        target_objects[target_text] = resolved
     if programs or aliases:   # host steps use the target's loader for their buffers, even with no kernel of it
         target_objects.setdefault(str(target), target)
     plan, constants = build_plan(mod.main, names, str(target), aliases)

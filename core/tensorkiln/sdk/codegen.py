@@ -16,7 +16,7 @@ from __future__ import annotations
 import abc
 import functools
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["ParamSpec", "KernelSignature", "Artifact", "Emitter", "RuntimeLoader", "LoadedModule",
            "KernelFunction", "signature_of"]
@@ -88,6 +88,16 @@ class Emitter(abc.ABC):
     @abc.abstractmethod
     def emit(self, funcs: Sequence[Any], target: Any) -> Artifact:
         """Compile `funcs` (tir.PrimFunc) for `target` (a resolved tensorkiln Target)."""
+
+    def emit_stream(self, funcs: Iterable[Any], target: Any, count: int) -> Artifact:
+        """Compile `count` kernels that arrive one at a time from `funcs`, as the driver lowers them.
+
+        The driver calls this, not `emit`: an emitter that can start on the first kernels before the
+        last is lowered (cpu_llvm optimises chunks of them in worker processes meanwhile) overrides
+        it, and lowering then overlaps code generation. The artifact must run as `emit`'s of the same
+        kernels does. The default collects every kernel and calls `emit`.
+        """
+        return self.emit(list(funcs), target)
 
 
 class KernelFunction(abc.ABC):

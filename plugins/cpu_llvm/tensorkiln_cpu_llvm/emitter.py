@@ -12,17 +12,18 @@ Pipeline (`LLVMEmitter.emit`):
 4. emit a position-independent object (assembly text only on request).
 
 A module of many kernels is optimised and compiled to object code in chunks by worker
-processes (parallel_compile.py), the kernels that need O3 first (those the schedule vectorized
-explicitly without LLVM's vectorizers, `explicitly_vectorized`) and the copy and elementwise
-kernels last, in chunks of their own with a light pipeline (`needs_full_pipeline`,
-llvm_passes.optimize); their bitcode is linked back into one module (the
-artifact's optimized IR) and their objects merged into one (`ld -r`; without a linker the
-parent emits the object of the linked module). The object computes what a serial compile
-makes. TENSORKILN_COMPILE_JOBS=1 keeps it in one process.
+processes (parallel_compile.py) as its kernels arrive: the driver hands them over one by one as
+it lowers them (`emit_stream`), so the workers optimise the first chunks while the parent lowers
+the rest. A chunk holds kernels of one pipeline class: O3 without LLVM's vectorizers for those
+the schedule vectorized explicitly (`explicitly_vectorized`), O3, or a light pipeline for copy
+and elementwise kernels (`needs_full_pipeline`, llvm_passes.optimize). The chunks' bitcode is
+linked back into one module (the artifact's optimized IR) and their objects merged into one
+(`ld -r`; without a linker the parent emits the object of the linked module). The object
+computes what a serial compile makes. TENSORKILN_COMPILE_JOBS=1 keeps it in one process.
 
 Steps 1-4 are skipped when kernel_cache.py holds the module (same kernels, target,
-versions): a compile of the same model again, in this process or another, loads the
-cached optimized IR and object.
+versions), or, for a module compiled in chunks, per chunk: a compile of the same model again,
+in this process or another, loads the cached optimized IR and object.
 
 Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-unoptimized"]`
 = the IR before optimization, `binary` = object code; assembly is rendered on request
@@ -31,10 +32,9 @@ Artifact: format "llvm-ir", `source` = the *optimized* LLVM IR, `sources["llvm-u
 from __future__ import annotations
 
 import functools
-import itertools
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterable, Sequence
 
 import llvmlite.binding as llvm
 import llvmlite.ir as ir
@@ -50,10 +50,11 @@ from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, declare, value_type
 from .gc_pause import collector_paused
 from .host import MachineConfig, machine_config, target_machine
-from .kernel_cache import cache_key, kernel_cache
+from .kernel_cache import cache_key, kernel_cache, pack_parts, unpack_parts
 from .llvm_passes import REMARKS_ENV, link_intrinsic_sources, optimize
 from .lowp import add_bfloat_runtime
-from .parallel_compile import ChunkJob, chunk_sizes, compile_jobs, merge_objects, object_linker, optimize_chunks
+from .parallel_compile import (ChunkCutter, ChunkJob, ChunkResult, compile_jobs, merge_objects, object_linker,
+                               optimize_chunks)
 from .stmts import FunctionCodegen
 
 __all__ = ["LLVMEmitter", "IntrinsicLinker", "optimize", "needs_full_pipeline", "explicitly_vectorized"]
@@ -175,9 +176,11 @@ class LLVMEmitter(Emitter):
         names = [f.name for f in funcs]
         if len(set(names)) != len(names):
             raise CompileError(f"cpu_llvm: kernel names must be unique in one module, got {names}")
+        jobs = compile_jobs(len(funcs))
+        if jobs > 1:
+            return self._emit_in_chunks(funcs, target, len(funcs), jobs)
         config = machine_config(target)
-        # remarks come from running LLVM: a cached object would print none
-        cache = None if os.environ.get(REMARKS_ENV) else kernel_cache()
+        cache = _cache()
         key = cache_key(funcs, target, config, functools.partial(_intrinsic_source, target=target)) if cache else ""
         cached = cache.get(key) if cache else None
         if cached is not None:
@@ -186,92 +189,131 @@ class LLVMEmitter(Emitter):
                             kernels=_signatures(funcs), binary=binary, sources=dict(record["sources"]),
                             metadata=dict(record["metadata"]))
         machine = target_machine(config)
-        jobs = compile_jobs(len(funcs))
-        binary = None
-        if jobs > 1:
-            parsed, unoptimized, module, binary = self._build_in_chunks(funcs, target, config, machine, jobs)
-        else:
-            with collector_paused():
-                module = self._build_module(funcs, target, config, machine)
-                unoptimized = _unoptimized_text(module.llvm_module)
-                _dismantle(module.llvm_module)
-            parsed = _parse(unoptimized, f"the module for {names}")
-            self._link_intrinsics(parsed, module.linker.sources)
-            if config.opt_level:
-                optimize(parsed, machine, config.opt_level)
+        with collector_paused():
+            module = self._build_module(funcs, target, config, machine, owns_globals=True)
+            unoptimized = _unoptimized_text(module.llvm_module)
+            _dismantle(module.llvm_module)
+        parsed = _parse(unoptimized, f"the module for {names}")
+        self._link_intrinsics(parsed, module.linker.sources)
+        if config.opt_level:
+            optimize(parsed, machine, config.opt_level)
         # no assembly here (about 15% of compile time): JITModule.render_source("asm") makes it on request
         record = {"source": str(parsed), "sources": {"llvm-unoptimized": unoptimized},
-                  "metadata": {"format_version": METADATA_FORMAT_VERSION, "libraries": list(module.linker.libraries),
-                               "cpu": config.cpu, "opt_level": config.opt_level, WRITTEN_METADATA_KEY: module.written}}
-        if binary is None:
-            binary = bytes(machine.emit_object(parsed))
+                  "metadata": _metadata(config, module.linker.libraries, module.written)}
+        binary = bytes(machine.emit_object(parsed))
         if cache:
             cache.put(key, record, binary)
         return Artifact(target=str(target), format="llvm-ir", source=record["source"], kernels=module.signatures,
                         binary=binary, sources=dict(record["sources"]), metadata=dict(record["metadata"]))
 
-    def _build_in_chunks(self, funcs, target, config: MachineConfig, machine, jobs: int):
-        """Optimise chunks of the kernels in `jobs` processes (parallel_compile.py), then link them into one module.
+    def emit_stream(self, funcs: Iterable[tir.PrimFunc], target, count: int) -> Artifact:
+        """The kernels as the driver lowers them: a module large enough for worker processes is cut into
+        chunks as they arrive, and the workers optimise the first chunks while the rest are lowered."""
+        jobs = compile_jobs(count)
+        if jobs <= 1:
+            return self.emit(list(funcs), target)
+        return self._emit_in_chunks(funcs, target, count, jobs)
 
-        The last chunk holds the module's globals (thread count, metadata of every kernel); the
-        others declare the thread count and hold only their kernels. Each chunk goes to the first
-        free process as soon as it is written, and this process takes chunks too once all are written.
-        Returns the linked module, the unoptimized text, the last chunk's build and the merged
-        object code (None: emit it from the linked module, no linker was found or the merge failed).
+    def _emit_in_chunks(self, funcs: Iterable[tir.PrimFunc], target, count: int, jobs: int) -> Artifact:
+        """Optimise chunks of the kernels in `jobs` processes (parallel_compile.py) as they arrive, then
+        link them into one module.
+
+        `ChunkCutter` cuts the kernels into chunks of one pipeline class each (`_pipeline_class`) as
+        they come from `funcs`; each chunk is written as its own LLVM module, declaring the thread
+        count, and queued for the first free process, unless the kernel cache holds it (keyed by its
+        kernels: a chunk is the cache's unit here, since the whole module is known only at the end).
+        Once every kernel has come, one more module holds the globals: the thread count and the
+        metadata of every kernel. The chunks' bitcode is linked into the artifact's optimized IR and
+        their objects merged (`merge_objects`; without a linker the object of the linked module is
+        emitted here).
         """
-        # kernels that need the full pipeline first (the costliest chunks are taken first): the explicitly
-        # vectorized ones, then those LLVM may vectorize; then the copy and elementwise kernels, in
-        # chunks of their own optimised with the light pipeline. A chunk holds kernels of one class.
-        classes = [_pipeline_class(f) for f in funcs]
-        ordered = [f for wanted in _PIPELINE_CLASSES for f, c in zip(funcs, classes) if c == wanted]
-        counts = [classes.count(wanted) for wanted in _PIPELINE_CLASSES]
-        costs = [1.0 if c == "light" else FULL_PIPELINE_COST for c in sorted(classes, key=_PIPELINE_CLASSES.index)]
-        chunks = _cut(ordered, chunk_sizes(len(funcs), jobs, costs), list(itertools.accumulate(counts))[:-1])
-        class_of = {f.name: c for f, c in zip(funcs, classes)}
-        owner = len(chunks) - 1
+        config = machine_config(target)
+        machine = target_machine(config)
+        cache = _cache()
         merge = object_linker() is not None
-        built: list = [None] * len(chunks)
-        texts: list = [None] * len(chunks)
+        source_of = functools.partial(_intrinsic_source, target=target)
+        cutter = ChunkCutter(count * EXPECTED_KERNEL_COST, jobs)
+        arrived: list[tir.PrimFunc] = []
+        chunks: list[_Chunk] = []
+        queued: list[_Chunk] = []     # the chunks the cache did not hold, in the order they were queued
 
-        def chunk_job(index: int) -> ChunkJob:
-            # the owner is built last: the other chunks' libraries are known by then
-            others = [name for b in built[:index] for name in b.linker.libraries] if index == owner else ()
+        def written_chunk(kernels: list, owns_globals: bool = False) -> ChunkJob | None:
+            key = ""
+            if cache and not owns_globals:
+                key = cache_key(kernels, target, config, source_of, kind=f"chunk|merge={merge}")
+                cached = cache.get(key)
+                if cached is not None:
+                    record, binary = cached
+                    bitcode, object_code = unpack_parts(binary)
+                    chunks.append(_Chunk(kernels, record["unoptimized"], tuple(record["libraries"]), key,
+                                         ChunkResult(bitcode, object_code)))
+                    return None
             with collector_paused():
-                built[index] = self._build_module(funcs, target, config, machine, kernels=chunks[index],
-                                                  owns_globals=index == owner, libraries=others)
-                texts[index] = _unoptimized_text(built[index].llvm_module)
-                _dismantle(built[index].llvm_module)
-            pipeline = class_of[chunks[index][0].name]
-            return ChunkJob(texts[index], tuple(built[index].linker.sources.items()), config.triple, config.cpu,
-                            config.features, config.opt_level, emit_object=merge, light=pipeline == "light",
-                            vectorize=pipeline != "vectorized")
+                if owns_globals:
+                    libraries = [library for chunk in chunks for library in chunk.libraries]
+                    built = self._build_module(arrived, target, config, machine, kernels=(), owns_globals=True,
+                                               libraries=libraries)
+                else:
+                    built = self._build_module(arrived, target, config, machine, kernels=kernels)
+                text = _unoptimized_text(built.llvm_module)
+                _dismantle(built.llvm_module)
+            chunk = _Chunk(kernels, text, tuple(built.linker.libraries), key)
+            chunks.append(chunk)
+            queued.append(chunk)
+            pipeline = "light" if owns_globals else _pipeline_class(kernels[0])
+            return ChunkJob(text, tuple(built.linker.sources.items()), config.triple, config.cpu, config.features,
+                            0 if owns_globals else config.opt_level, emit_object=merge, light=pipeline == "light",
+                            vectorize=pipeline != "vectorized", cost=len(text) * _COST_PER_CHARACTER[pipeline])
+
+        def chunk_jobs():
+            costs: dict[str, float] = {}
+            for func in funcs:
+                if func.name in costs:
+                    raise CompileError(f"cpu_llvm: kernel names must be unique in one module, "
+                                       f"{func.name!r} came twice")
+                arrived.append(func)
+                pipeline = _pipeline_class(func)
+                costs[func.name] = PIPELINE_COSTS[pipeline]
+                ready = cutter.add(func, pipeline, costs[func.name])
+                if ready and (job := written_chunk(ready)):
+                    yield job
+            for ready in cutter.finish(lambda func: costs[func.name]):
+                if job := written_chunk(ready):
+                    yield job
+            yield written_chunk([], owns_globals=True)
 
         def parse(text: str) -> llvm.ModuleRef:   # a chunk LLVM rejects is named by its kernels
-            index = texts.index(text)
-            return _parse(text, f"the module for {[f.name for f in chunks[index]]}")
+            kernels = next((c.funcs for c in chunks if c.text is text), ())
+            return _parse(text, f"the module for {[f.name for f in kernels]}")
 
-        results = optimize_chunks([functools.partial(chunk_job, index) for index in range(len(chunks))],
-                                  link=self._link_intrinsics, parse=parse, workers=jobs - 1)
-        parsed = llvm.parse_bitcode(results[0].bitcode)
-        for result in results[1:]:
-            parsed.link_in(llvm.parse_bitcode(result.bitcode))
+        results = optimize_chunks(chunk_jobs(), link=self._link_intrinsics, parse=parse, workers=jobs - 1)
+        for chunk, result in zip(queued, results):
+            chunk.result = result
+            if chunk.key:
+                cache.put(chunk.key, {"unoptimized": chunk.text, "libraries": list(chunk.libraries)},
+                          pack_parts(result.bitcode, result.object_code))
+        parsed = llvm.parse_bitcode(chunks[0].result.bitcode)
+        for chunk in chunks[1:]:
+            parsed.link_in(llvm.parse_bitcode(chunk.result.bitcode))
         parsed.verify()
-        binary = None
-        if merge and all(r.object_code for r in results):
-            binary = merge_objects([r.object_code for r in results])
-        libraries = list(dict.fromkeys(library for b in built for library in b.linker.libraries))
-        built[owner].linker.libraries[:] = libraries
-        return parsed, "\n".join(texts), built[owner], binary
+        objects = [chunk.result.object_code for chunk in chunks]
+        binary = merge_objects(objects) if merge and all(objects) else None
+        if binary is None:
+            binary = bytes(machine.emit_object(parsed))
+        libraries = [*dict.fromkeys(library for chunk in chunks for library in chunk.libraries)]
+        metadata = _metadata(config, libraries, _written(arrived))
+        return Artifact(target=str(target), format="llvm-ir", source=str(parsed), kernels=_signatures(arrived),
+                        binary=binary, sources={"llvm-unoptimized": "\n".join(c.text for c in chunks)},
+                        metadata=metadata)
 
     def _build_module(self, funcs, target, config: MachineConfig, machine, kernels=None,
-                      owns_globals: bool = True, libraries: Sequence[str] = ()) -> "_BuiltModule":
-        """The llvmlite module of `kernels` (default: all of `funcs`); metadata describes all of `funcs`
-        and names `libraries` (those of the other chunks) besides the ones its own kernels call.
-
-        A module that does not own the globals only declares the thread count (see _build_in_chunks).
+                      owns_globals: bool = False, libraries: Sequence[str] = ()) -> "_BuiltModule":
+        """The llvmlite module of `kernels` (default: all of `funcs`). With `owns_globals` it defines the
+        thread count and holds the metadata, which describes all of `funcs` and names `libraries` (those
+        of the other chunks) besides the ones its own kernels call; else it only declares the thread count.
         """
         kernels = funcs if kernels is None else kernels
-        module = ir.Module(name=kernels[0].name)
+        module = ir.Module(name=kernels[0].name if kernels else "tensorkiln_globals")
         module.triple = config.triple
         module.data_layout = str(machine.target_data)
         threads = ir.GlobalVariable(module, I32, NUM_THREADS_SYMBOL)
@@ -290,12 +332,11 @@ class LLVMEmitter(Emitter):
             codegen.stmt(func.body)
             codegen.builder.ret_void()
             emit_packed_function(module, func, impl, func.name)
-        if not owns_globals:   # the metadata of every kernel is the owning chunk's to write, once
+        if not owns_globals:   # the metadata of every kernel is the owning module's to write, once
             return _BuiltModule(module, linker, (), {})
         signatures = _signatures(funcs)
         # the buffer parameters each kernel writes: its loader refuses read-only arrays for them
-        written = {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}]
-                   for f in funcs}
+        written = _written(funcs)
         _string_global(module, METADATA_SYMBOL, metadata_json(
             str(target), signatures, {"libraries": [*dict.fromkeys([*libraries, *linker.libraries])],
                                       "plugin": "cpu_llvm", WRITTEN_METADATA_KEY: written}))
@@ -304,6 +345,33 @@ class LLVMEmitter(Emitter):
     @staticmethod
     def _link_intrinsics(parsed: llvm.ModuleRef, sources) -> None:
         link_intrinsic_sources(parsed, sources, parse=_parse, error=CompileError)
+
+
+def _cache():
+    # remarks come from running LLVM: a cached object would print none
+    return None if os.environ.get(REMARKS_ENV) else kernel_cache()
+
+
+def _written(funcs) -> dict[str, list[str]]:
+    """Kernel name -> the buffer parameters it writes (its loader refuses read-only arrays for them)."""
+    return {f.name: [name for name in written_buffers(f) if name in {p.name for p in f.params}] for f in funcs}
+
+
+def _metadata(config: MachineConfig, libraries, written: dict) -> dict:
+    return {"format_version": METADATA_FORMAT_VERSION, "libraries": list(libraries), "cpu": config.cpu,
+            "opt_level": config.opt_level, WRITTEN_METADATA_KEY: written}
+
+
+@dataclass
+class _Chunk:
+    """One chunk of a module compiled in chunks: its kernels, unoptimised IR, the libraries its kernels
+    call, its cache key ("" when not cached) and, once optimised (or read from the cache), its result."""
+
+    funcs: list
+    text: str
+    libraries: tuple[str, ...]
+    key: str
+    result: ChunkResult | None = None
 
 
 def _dismantle(module: ir.Module) -> None:
@@ -337,22 +405,16 @@ def _unoptimized_text(module: ir.Module) -> str:
     return text
 
 
-def _cut(funcs: list, sizes: list[int], boundaries: "int | Sequence[int]") -> list[list]:
-    """`funcs` cut into consecutive chunks of `sizes`, with one more cut at each of `boundaries` (a chunk
-    across one becomes two): the kernels on either side of a boundary never share a chunk."""
-    boundaries = sorted({boundaries} if isinstance(boundaries, int) else set(boundaries))
-    chunks, start = [], 0
-    for size in sizes:
-        end = start + size
-        cuts = [start, *(b for b in boundaries if start < b < end), end]
-        chunks += [funcs[low:high] for low, high in zip(cuts, cuts[1:])]
-        start = end
-    return chunks
-
-
-FULL_PIPELINE_COST = 2.0
-"""What a kernel of the full pipeline costs to optimise and emit, against a light one: densenet121's
-convolutions against its copies and BN+ReLU kernels (chunks are cut by these costs)."""
+PIPELINE_COSTS = {"light": 1.0, "vectorized": 2.0, "full": 5.0}
+"""What a kernel of each pipeline class costs to optimise and emit, against a light one (densenet121:
+its copies and BN+ReLU kernels 22 ms each, its convolutions 50 ms, its pools 120 ms); chunks are cut
+by these costs (`ChunkCutter`)."""
+EXPECTED_KERNEL_COST = 1.8
+"""The mean cost of a kernel before any has been lowered (densenet121: 1.8, resnet50: 2.2); the
+chunks' share of a module is cut from it."""
+_COST_PER_CHARACTER = {"light": 2.0, "vectorized": 1.2, "full": 8.0}
+"""Seconds per megabyte of unoptimised IR of each class (densenet121, resnet50): a written chunk's
+cost, by which the queue orders the chunks waiting for a process."""
 LIGHT_MIN_TRIP = 16
 """A scalar store in a loop of fewer iterations than this (a layout transform's 3 channels) gains from
 unrolling the loops around it: its kernel keeps the full pipeline."""
@@ -390,9 +452,6 @@ def needs_full_pipeline(func: tir.PrimFunc) -> bool:
             return full(stmt.body, trip)
         return True   # Allocate, Evaluate (calls), thread reductions, anything else
     return full(func.body, None)
-
-
-_PIPELINE_CLASSES = ("vectorized", "full", "light")
 
 
 def _pipeline_class(func: tir.PrimFunc) -> str:

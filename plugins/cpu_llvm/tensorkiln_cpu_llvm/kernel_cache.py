@@ -23,14 +23,16 @@ import functools
 import hashlib
 import json
 import os
+import struct
 import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
 
-__all__ = ["KernelCache", "kernel_cache", "cache_key", "CACHE_FORMAT"]
+__all__ = ["KernelCache", "kernel_cache", "cache_key", "pack_parts", "unpack_parts", "CACHE_FORMAT"]
 
-CACHE_FORMAT = 1
-MEMORY_ENTRIES = 64
+CACHE_FORMAT = 2
+MEMORY_ENTRIES = 256
+"""Entries kept in memory: a module compiled in chunks is an entry per chunk (about a dozen)."""
 
 
 @functools.cache
@@ -51,17 +53,40 @@ def _versions() -> str:
     return f"{getattr(tensorkiln, '__version__', '?')}|{llvmlite.__version__}|{llvm.llvm_version_info}"
 
 
-def cache_key(funcs: Sequence, target, config, intrinsic_source: Callable[[object], str]) -> str:
-    """The SHA-256 (hex) of everything the module's object code depends on (see the module docstring)."""
+def cache_key(funcs: Sequence, target, config, intrinsic_source: Callable[[object], str], kind: str = "module") -> str:
+    """The SHA-256 (hex) of everything the module's object code depends on (see the module docstring).
+    `kind` tells apart entries of one kernel list that hold different things (a whole module, or one
+    chunk of a module compiled in chunks)."""
     from tensorkiln import tir
 
     digest = hashlib.sha256()
-    digest.update(f"{CACHE_FORMAT}|{_versions()}|{_plugin_digest()}|{target}|{config}".encode())
+    digest.update(f"{CACHE_FORMAT}|{kind}|{_versions()}|{_plugin_digest()}|{target}|{config}".encode())
     for func in funcs:
         digest.update(b"\0kernel\0" + tir.format_func(func).encode())
         for name, intrin in sorted(func.tensor_intrinsics().items()):
             digest.update(f"\0intrinsic {name}\0{intrinsic_source(intrin)}".encode())
     return digest.hexdigest()
+
+
+_PART_LENGTH = struct.Struct("<q")
+
+
+def pack_parts(*parts: bytes | None) -> bytes:
+    """Several byte strings (None allowed) as one cache binary; `unpack_parts` gives them back."""
+    return b"".join(_PART_LENGTH.pack(-1) if part is None else _PART_LENGTH.pack(len(part)) + part for part in parts)
+
+
+def unpack_parts(data: bytes) -> list[bytes | None]:
+    parts, offset = [], 0
+    while offset < len(data):
+        (length,) = _PART_LENGTH.unpack_from(data, offset)
+        offset += _PART_LENGTH.size
+        if length < 0:
+            parts.append(None)
+            continue
+        parts.append(bytes(data[offset:offset + length]))
+        offset += length
+    return parts
 
 
 class KernelCache:

@@ -12,13 +12,13 @@ parent links the bitcode into one module (the artifact's optimized IR) and merge
 chunk objects into one relocatable object (`merge_objects`, `ld -r`), or emits the
 object from the linked module itself where no linker is found.
 
-Chunks are shared out first come, first served. `optimize_chunks` takes them as functions
-building them and calls them in order: the workers start first, each built chunk joins a queue,
-and a worker takes the next queued chunk as soon as it is done with its last one, so the first
-worker starts optimising once the first (small) chunk is written instead of once half the module
-is. When every chunk is built, the parent takes queued chunks too. A module is cut into several
-chunks per process (`chunk_sizes`), smaller towards the end, so all processes finish at about
-the same time whatever the kernels cost.
+Chunks are shared out first come, first served. `optimize_chunks` draws them from an iterator
+that builds them: the workers start first, each built chunk joins a queue, and a worker takes the
+next queued chunk as soon as it is done with its last one. The emitter's iterator lowers the
+kernels as it goes (`Emitter.emit_stream`), so the workers optimise the first chunks while the
+parent is still lowering and writing the rest. When every chunk is built, the parent takes queued
+chunks too. A module is cut into several chunks per process as its kernels arrive (`ChunkCutter`),
+smaller at the end, so all processes finish at about the same time whatever the kernels cost.
 
 Workers are started per compile (about 0.1 s of CPU each) and only for modules large
 enough to repay it. TENSORKILN_COMPILE_JOBS sets the number of processes (1: serial);
@@ -27,8 +27,7 @@ builder pool already fills the machine).
 """
 from __future__ import annotations
 
-import bisect
-import itertools
+import math
 import multiprocessing
 import os
 import pickle
@@ -40,13 +39,13 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, Sequence, Union
+from typing import Callable, Iterable, Union
 
 import llvmlite.binding as llvm
 
 from .llvm_passes import link_intrinsic_sources, optimize
 
-__all__ = ["ChunkJob", "ChunkResult", "compile_jobs", "chunk_sizes", "optimize_chunk", "optimize_chunks",
+__all__ = ["ChunkJob", "ChunkResult", "ChunkCutter", "compile_jobs", "optimize_chunk", "optimize_chunks",
            "merge_objects", "object_linker", "JOBS_ENV", "MIN_PARALLEL_KERNELS", "CHUNKS_PER_JOB"]
 
 JOBS_ENV = "TENSORKILN_COMPILE_JOBS"
@@ -68,6 +67,7 @@ class ChunkJob:
     emit_object: bool = False   # also return the chunk's object code (merged by merge_objects)
     light: bool = False         # copy and elementwise kernels only: llvm_passes.optimize's light pipeline
     vectorize: bool = True      # False: explicitly vectorized kernels only, LLVM's vectorizers are not run
+    cost: float = 1.0           # its estimated cost: of the queued chunks, the costliest is taken first
 
 
 @dataclass(frozen=True)
@@ -78,36 +78,57 @@ class ChunkResult:
     object_code: bytes | None = None
 
 
-CHUNKS_PER_JOB = 4
+CHUNKS_PER_JOB = 6
 """Chunks per process: enough that the queue evens out kernels of unequal cost, few enough that the
 per-chunk costs (a module of its own, its pickling, an object to merge) stay small."""
 MIN_CHUNK_KERNELS = 4
 
 
-def chunk_sizes(kernel_count: int, jobs: int, costs: Sequence[float] | None = None) -> list[int]:
-    """Kernels per chunk, in the order the chunks are built; they add up to `kernel_count`.
+class ChunkCutter:
+    """Cuts kernels into chunks as they arrive, before the last one is known (the emitter's kernels are
+    lowered one by one while the first chunks are being optimised).
 
-    Chunks are cut by the kernels' estimated `costs` (default: all alike). The first chunk is half
-    the usual cost (a worker starts on it early) and the last ones shrink (the processes run out of
-    work together): shares 1/2, 1, ..., 1, 3/4, 1/2, 1/4.
+    A chunk holds kernels of one kind (the pipeline that optimises them). A kind's kernels are held
+    until their estimated cost reaches a chunk's share of `expected_cost` (the first chunk half of
+    it: a worker starts on it early), then they go out as one chunk. `finish` cuts what is still
+    held into pieces of at most half a share, the costliest first, so the processes run out of work
+    together. The cut depends on the kernels alone, never on timing: a module compiled again is cut
+    the same way (the kernel cache keys chunks).
     """
-    if jobs <= 1 or kernel_count <= 1:
-        return [kernel_count]
-    costs = [1.0] * kernel_count if costs is None else [float(c) for c in costs]
-    count = min(kernel_count, max(jobs, min(jobs * CHUNKS_PER_JOB, kernel_count // MIN_CHUNK_KERNELS)))
-    tail = (0.75, 0.5, 0.25) if count >= 6 else (0.5,) if count >= 3 else ()
-    shares = [0.5] + [1.0] * (count - 1 - len(tail)) + list(tail)
-    unit = sum(costs) / sum(shares)
-    # a kernel goes to the chunk its cost's midpoint falls in; every chunk keeps at least one kernel
-    midpoints = [running - cost / 2 for running, cost in zip(itertools.accumulate(costs), costs)]
-    sizes, start, target = [], 0, 0.0
-    for index, share in enumerate(shares[:-1]):
-        target += share * unit
-        end = bisect.bisect_left(midpoints, target)
-        end = min(max(end, start + 1), kernel_count - (len(shares) - 1 - index))
-        sizes.append(end - start)
-        start = end
-    return sizes + [kernel_count - start]
+
+    def __init__(self, expected_cost: float, jobs: int) -> None:
+        self.share = max(expected_cost, 1.0) / (max(jobs, 1) * CHUNKS_PER_JOB)
+        self._held: dict[str, list] = {}
+        self._cost: dict[str, float] = {}
+        self._cut_any = False
+
+    def add(self, item, kind: str, cost: float) -> list | None:
+        """Hold `item`; returns a chunk (a list of held items of `kind`) once they are enough."""
+        held = self._held.setdefault(kind, [])
+        held.append(item)
+        self._cost[kind] = self._cost.get(kind, 0.0) + cost
+        limit = self.share * (1.0 if self._cut_any else 0.5)
+        if self._cost[kind] < limit or len(held) < MIN_CHUNK_KERNELS:
+            return None
+        self._cut_any = True
+        self._held[kind], self._cost[kind] = [], 0.0
+        return held
+
+    def finish(self, cost_of: Callable[[object], float]) -> list[list]:
+        """Every item still held, in chunks of at most half a share (`cost_of` each item), costliest first."""
+        pieces: list[tuple[float, int, list]] = []
+        for kind, held in self._held.items():
+            piece, piece_cost = [], 0.0
+            for item in held:
+                piece.append(item)
+                piece_cost += cost_of(item)
+                if piece_cost >= self.share / 2 and len(piece) >= MIN_CHUNK_KERNELS:
+                    pieces.append((piece_cost, len(pieces), piece))
+                    piece, piece_cost = [], 0.0
+            if piece:
+                pieces.append((piece_cost, len(pieces), piece))
+        self._held, self._cost = {}, {}
+        return [piece for _, _, piece in sorted(pieces, key=lambda p: (-p[0], p[1]))]
 
 
 def compile_jobs(kernel_count: int) -> int:
@@ -150,34 +171,43 @@ def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] =
     return ChunkResult(module.as_bitcode(), object_code)
 
 
-def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
+def optimize_chunks(jobs: Iterable[Union[ChunkJob, Callable[[], ChunkJob]]],
                     link: Callable[[llvm.ModuleRef, dict], None] = link_intrinsic_sources,
                     parse: Callable[[str], llvm.ModuleRef] = _plain_parse,
                     workers: int | None = None) -> list[ChunkResult]:
-    """Results of every chunk, in order: `workers` processes (default one per job after the first)
-    and this one share them, first come first served.
+    """Results of every chunk, in order: `workers` processes (default one per job after the first; a
+    job list of unknown length, an iterator, needs `workers`) and this one share them, first come
+    first served.
 
-    A job may be a function returning it, called here in order: the worker processes start first
-    (Python, llvmlite and LLVM start up while this process builds the first chunk), each job is queued
-    as soon as it is built and a worker takes the next queued job when it is done with its last;
-    once every job is built, this process takes queued jobs too. A worker that cannot start or
-    fails leaves its chunk to this process, so the result never depends on whether processes were
-    available.
+    `jobs` may be an iterator and a job a function returning it; both are drawn here, in order: the
+    worker processes start first (Python, llvmlite and LLVM start up while this process builds the
+    first chunk), each job is queued as soon as it is drawn and a worker takes the next queued job
+    when it is done with its last. An iterator lets the caller make its chunks while the workers
+    optimise the first ones (the emitter's kernels are lowered as they are drawn: emit_stream). Once
+    every job is drawn, this process takes queued jobs too. A worker that cannot start or fails
+    leaves its chunk to this process, so the result never depends on whether processes were available.
     """
-    count = len(jobs)
-    workers = count - 1 if workers is None else max(0, min(workers, count))
-    outputs: list[ChunkResult | None] = [None] * count
-    resolved: list[ChunkJob | None] = [None] * count
-    queued: queue.SimpleQueue = queue.SimpleQueue()    # indices of built jobs; None: a worker stops
+    if workers is None:
+        jobs = list(jobs)
+        workers = len(jobs) - 1
+    workers = max(0, workers)
+    outputs: list[ChunkResult | None] = []
+    resolved: list[ChunkJob] = []
+    # (-cost, index) of built jobs, the costliest first (the cheap ones even out the end);
+    # (inf, -1): a worker stops
+    queued: queue.PriorityQueue = queue.PriorityQueue()
     processes = [_start_worker() for _ in range(workers)]
+
+    def put(index: int) -> None:
+        queued.put((-getattr(resolved[index], "cost", 1.0), index))
 
     # a thread per worker feeds it jobs and reads its results while this process builds the jobs
     def serve(process: subprocess.Popen) -> None:
         try:
-            while (index := queued.get()) is not None:
+            while (index := queued.get()[1]) >= 0:
                 outputs[index] = _exchange(process, resolved[index])
                 if outputs[index] is None:   # a broken worker: this process does the job, and the rest
-                    queued.put(index)
+                    put(index)
                     return
         finally:
             _close(process)
@@ -186,12 +216,13 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
     for thread in threads:
         thread.start()
     try:
-        for index, job in enumerate(jobs):
-            resolved[index] = job() if callable(job) else job
-            queued.put(index)
+        for job in jobs:
+            resolved.append(job() if callable(job) else job)
+            outputs.append(None)
+            put(len(resolved) - 1)
         while True:
             try:
-                index = queued.get_nowait()
+                _, index = queued.get_nowait()
             except queue.Empty:
                 break
             outputs[index] = optimize_chunk(resolved[index], link, parse)
@@ -204,7 +235,7 @@ def optimize_chunks(jobs: list[Union[ChunkJob, Callable[[], ChunkJob]]],
         raise
     finally:
         for _ in threads:
-            queued.put(None)
+            queued.put((math.inf, -1))
         for thread in threads:
             thread.join()
     # a job a broken worker put back after this process stopped taking jobs

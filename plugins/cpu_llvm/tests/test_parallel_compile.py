@@ -2,7 +2,6 @@
 worker processes is linked back into one object that computes what the serial compile computes."""
 from __future__ import annotations
 
-import itertools
 import os
 import re
 import sys
@@ -44,14 +43,16 @@ def test_a_model_optimised_in_two_processes_computes_what_the_serial_compile_com
     real_optimize_chunks, real_optimize = emitter.optimize_chunks, parallel_compile.optimize_chunk
 
     def spy(jobs, *args, **kwargs):
-        calls.append((len(jobs), kwargs.get("workers")))
-        return real_optimize_chunks(jobs, *args, **kwargs)
+        drawn = []
+        calls.append((drawn, kwargs.get("workers")))
+        return real_optimize_chunks((drawn.append(job) or job for job in jobs), *args, **kwargs)
 
     monkeypatch.setattr(emitter, "optimize_chunks", spy)
     monkeypatch.setattr(parallel_compile, "optimize_chunk",
                         lambda job, *a, **k: here.append(job) or real_optimize(job, *a, **k))
     _, parallel = _compile_and_run(monkeypatch, "2", squeezenet_input)
-    ((chunks, workers),) = calls
+    ((drawn, workers),) = calls
+    chunks = len(drawn)
     assert workers == 1 and chunks > 2
     assert len(here) < chunks           # the worker optimised some of the chunks
     np.testing.assert_array_equal(parallel, serial)
@@ -69,11 +70,11 @@ def test_a_worker_that_cannot_start_leaves_its_chunk_to_the_parent(monkeypatch, 
         return real_optimize(job, *args, **kwargs)
 
     monkeypatch.setattr(parallel_compile, "optimize_chunk", counting)
-    monkeypatch.setattr(emitter, "optimize_chunks", lambda jobs, *a, **k: calls.append(len(jobs)) or
-                        real_optimize_chunks(jobs, *a, **k))
+    monkeypatch.setattr(emitter, "optimize_chunks", lambda jobs, *a, **k: real_optimize_chunks(
+        (calls.append(job) or job for job in jobs), *a, **k))
     monkeypatch.setattr(sys, "executable", os.path.join(os.sep, "nonexistent", "python3"))
     _, out = _compile_and_run(monkeypatch, "3", squeezenet_input)
-    assert len(started) == calls[0]          # every chunk here: neither worker started
+    assert calls and len(started) == len(calls)          # every chunk here: neither worker started
     np.testing.assert_array_equal(out, serial)
 
 
@@ -129,26 +130,98 @@ def test_the_number_of_jobs_comes_from_the_environment_and_the_module_size(monke
     assert compile_jobs(200) == min(len(os.sched_getaffinity(0)), 200 // (MIN_PARALLEL_KERNELS // 2))
 
 
-def test_chunk_sizes_start_small_shrink_at_the_end_and_cover_every_kernel():
-    from tensorkiln_cpu_llvm.emitter import _cut
-    from tensorkiln_cpu_llvm.parallel_compile import CHUNKS_PER_JOB, chunk_sizes
-    for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3), (2, 2)):
-        sizes = chunk_sizes(kernels, jobs)
-        assert jobs <= len(sizes) <= jobs * CHUNKS_PER_JOB and sum(sizes) == kernels and min(sizes) >= 1
-        if len(sizes) >= 6:   # half-size first chunk, then shrinking towards the end
-            assert sizes[0] < max(sizes) and sizes[-3] > sizes[-2] > sizes[-1]
-        for boundary in (0, kernels // 3, kernels):   # full-pipeline kernels before it, light ones after
-            chunks = _cut(list(range(kernels)), sizes, boundary)
-            assert [k for c in chunks for k in c] == list(range(kernels))
-            assert all(c and (c[-1] < boundary or c[0] >= boundary) for c in chunks)
-            assert len(sizes) <= len(chunks) <= len(sizes) + 1
-    assert chunk_sizes(191, 1) == [191]
-    # by cost: 75 kernels of cost 2 then 116 of cost 1 give chunks of fewer costly kernels
-    costs = [2.0] * 75 + [1.0] * 116
-    sizes = chunk_sizes(191, 2, costs)
-    assert sum(sizes) == 191 and len(sizes) == len(chunk_sizes(191, 2))
-    chunk_costs = [sum(costs[start:start + size]) for start, size in zip([0, *itertools.accumulate(sizes)], sizes)]
-    assert sizes[1] < sizes[4] and max(chunk_costs[1:5]) - min(chunk_costs[1:5]) <= 3
+def test_the_cutter_makes_chunks_of_one_kind_from_a_stream_and_covers_every_kernel():
+    from tensorkiln_cpu_llvm.parallel_compile import CHUNKS_PER_JOB, MIN_CHUNK_KERNELS, ChunkCutter
+    costs = {"light": 1.0, "vectorized": 2.0, "full": 5.0}
+    rng = np.random.default_rng(0)
+    for kernels, jobs in ((191, 2), (33, 2), (200, 4), (12, 2), (7, 3)):
+        kinds = [str(kind) for kind in rng.choice(list(costs), size=kernels, p=[0.55, 0.4, 0.05])]
+        cutter = ChunkCutter(kernels * 1.8, jobs)
+        early = [chunk for index, kind in enumerate(kinds) if (chunk := cutter.add(index, kind, costs[kind]))]
+        late = cutter.finish(lambda index: costs[kinds[index]])
+        chunks = early + late
+        assert sorted(k for c in chunks for k in c) == list(range(kernels))       # every kernel, once
+        assert all(c and len({kinds[k] for k in c}) == 1 for c in chunks)        # one kind per chunk
+        assert all(c == sorted(c) for c in chunks)                                # in arrival order
+        assert all(len(c) >= MIN_CHUNK_KERNELS for c in early)
+        chunk_cost = [sum(costs[kinds[k]] for k in c) for c in chunks]
+        if early:   # the first chunk goes out at half a share, the next at a share
+            assert chunk_cost[0] < cutter.share or len(early[0]) == MIN_CHUNK_KERNELS
+        # the last ones are at most half a share (+ one kernel), costliest first
+        late_cost = chunk_cost[len(early):]
+        assert all(cost < cutter.share / 2 + 5.0 or len(c) <= MIN_CHUNK_KERNELS for cost, c in zip(late_cost, late))
+        assert late_cost == sorted(late_cost, reverse=True)
+        if kernels >= 100:
+            assert jobs <= len(chunks) <= 3 * jobs * CHUNKS_PER_JOB
+    # the cut depends on the kernels alone: the same stream is cut the same way (the cache keys chunks)
+    def cut():
+        cutter = ChunkCutter(100, 2)
+        made = [c for index in range(60) if (c := cutter.add(index, "ab"[index % 3 == 0], 1.0 + index % 2))]
+        return made + cutter.finish(lambda index: 1.0 + index % 2)
+    assert cut() == cut()
+
+
+def test_a_worker_optimises_the_first_chunks_before_the_last_kernel_is_lowered(monkeypatch):
+    # the driver hands kernels over as it lowers them (Emitter.emit_stream): the stream below waits,
+    # before its last kernel, until a worker has been handed a chunk
+    import time
+
+    from tensorkiln.sdk.plugin_manager import registry
+    monkeypatch.setenv("TENSORKILN_KERNEL_CACHE", "0")
+    monkeypatch.setenv(JOBS_ENV, "2")
+    target = registry().target("cpu_llvm")
+    exchanged, real_exchange = [], parallel_compile._exchange
+    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: exchanged.append(job.text)
+                        or real_exchange(process, job))
+    from tensorkiln import te
+
+    def kernel(index: int):
+        a = te.placeholder((64, 64), name="a")
+        b = te.compute((64, 64), lambda i, j: a[i, j] * float(index + 1), name="b")
+        return te.lower(te.create_schedule(b.op), [a, b], name=f"scale{index}")
+
+    count, waited = 40, []
+
+    def stream():
+        for index in range(count):
+            if index == count - 1:
+                deadline = time.monotonic() + 60
+                while not exchanged and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                waited.append(bool(exchanged))
+            yield kernel(index)
+
+    artifact = emitter.LLVMEmitter().emit_stream(stream(), target, count)
+    assert waited == [True]
+    assert [k.name for k in artifact.kernels] == [f"scale{index}" for index in range(count)]
+    module = registry().target("cpu_llvm").spec.loader.load(artifact, target)
+    x, out = np.arange(64 * 64, dtype=np.float32).reshape(64, 64), np.zeros((64, 64), np.float32)
+    for index in (0, 17, count - 1):
+        module.get_function(f"scale{index}")(x, out)
+        np.testing.assert_array_equal(out, x * np.float32(index + 1))
+
+
+def test_a_module_compiled_in_chunks_is_cached_per_chunk(monkeypatch, tmp_path, squeezenet_input, serial):
+    from tensorkiln_cpu_llvm.kernel_cache import kernel_cache
+    monkeypatch.setenv("TENSORKILN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(JOBS_ENV, "2")
+    optimised, real_optimize = [], parallel_compile.optimize_chunk
+    real_exchange = parallel_compile._exchange
+    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: optimised.append(job.text)
+                        or real_optimize(job, *a, **k))
+    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: optimised.append(job.text)
+                        or real_exchange(process, job))
+    cache = kernel_cache()
+    first = tk.compile(onnx.load(SQUEEZENET), target="cpu_llvm")
+    chunks = len(optimised) - 1          # and the module of the globals, which is never cached
+    assert chunks >= 2 and (cache.hits, cache.misses) == (0, chunks)
+    optimised.clear()
+    again = tk.compile(onnx.load(SQUEEZENET), target="cpu_llvm")
+    assert (cache.hits, cache.misses) == (chunks, chunks)
+    assert len(optimised) == 1 and "define i32 @" not in optimised[0]     # the globals alone were compiled
+    np.testing.assert_array_equal(again.run(squeezenet_input)[0], serial)
+    np.testing.assert_array_equal(first.run(squeezenet_input)[0], serial)
+    assert len(list((tmp_path / "cpu_llvm").glob("*.o"))) == chunks
 
 
 def test_without_a_linker_the_parent_emits_the_object_and_it_computes_the_same(monkeypatch, squeezenet_input,

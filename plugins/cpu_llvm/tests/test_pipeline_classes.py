@@ -13,9 +13,9 @@ import pytest
 
 import tensorkiln as tk
 from tensorkiln import te
-from tensorkiln_cpu_llvm import emitter, parallel_compile
-from tensorkiln_cpu_llvm.emitter import _cut, explicitly_vectorized
-from tensorkiln_cpu_llvm.parallel_compile import JOBS_ENV, chunk_sizes
+from tensorkiln_cpu_llvm import parallel_compile
+from tensorkiln_cpu_llvm.emitter import explicitly_vectorized
+from tensorkiln_cpu_llvm.parallel_compile import JOBS_ENV
 
 SQUEEZENET = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_squeezenet.onnx")
 
@@ -37,16 +37,6 @@ def test_explicitly_vectorized_means_every_store_is_a_vector_store():
     k = te.reduce_axis((0, 32), name="k")
     total = te.compute((16,), lambda i: te.sum(a[i, k], axis=k), name="total")
     assert not explicitly_vectorized(_lowered([a, total], False, "total"))   # scalar accumulation
-
-
-def test_cut_at_several_boundaries():
-    for kernels, jobs in ((191, 2), (30, 2), (12, 2), (5, 3)):
-        sizes = chunk_sizes(kernels, jobs)
-        for boundaries in ([0, kernels], [kernels // 3, kernels // 2], [1, 2, kernels - 1], 7):
-            chunks = _cut(list(range(kernels)), sizes, boundaries)
-            assert [k for c in chunks for k in c] == list(range(kernels))
-            cuts = [boundaries] if isinstance(boundaries, int) else boundaries
-            assert all(c and not any(c[0] < b <= c[-1] for b in cuts) for c in chunks)
 
 
 @pytest.fixture(scope="module")
@@ -83,4 +73,3 @@ def test_chunks_of_one_class_each_and_the_same_output_as_serial(monkeypatch, squ
     assert "fused_layout_transform" in kernels[(False, True)]    # scalar stores: LLVM may vectorize
     assert all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
                for name in kernels[(True, True)])
-    assert emitter._PIPELINE_CLASSES[0] == "vectorized"         # the costliest chunks are queued first
