@@ -405,14 +405,14 @@ def _unoptimized_text(module: ir.Module) -> str:
     return text
 
 
-PIPELINE_COSTS = {"light": 1.0, "vectorized": 2.0, "full": 5.0}
+PIPELINE_COSTS = {"light": 1.0, "vectorized": 1.6, "full": 5.0}
 """What a kernel of each pipeline class costs to optimise and emit, against a light one (densenet121:
-its copies and BN+ReLU kernels 22 ms each, its convolutions 50 ms, its pools 120 ms); chunks are cut
+its copies and BN+ReLU kernels 19 ms each, its convolutions 30 ms, its pools 120 ms); chunks are cut
 by these costs (`ChunkCutter`)."""
-EXPECTED_KERNEL_COST = 1.8
-"""The mean cost of a kernel before any has been lowered (densenet121: 1.8, resnet50: 2.2); the
+EXPECTED_KERNEL_COST = 1.5
+"""The mean cost of a kernel before any has been lowered (densenet121: 1.4, resnet50: 1.8); the
 chunks' share of a module is cut from it."""
-_COST_PER_CHARACTER = {"light": 2.0, "vectorized": 1.2, "full": 8.0}
+_COST_PER_CHARACTER = {"light": 1.5, "vectorized": 0.75, "full": 7.5}
 """Seconds per megabyte of unoptimised IR of each class (densenet121, resnet50): a written chunk's
 cost, by which the queue orders the chunks waiting for a process."""
 LIGHT_MIN_TRIP = 16
