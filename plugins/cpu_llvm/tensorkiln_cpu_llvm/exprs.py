@@ -31,6 +31,7 @@ class ExprCodegen(tir.ExprFunctor):
         self.call_intrinsic = call_intrinsic
         self.vars: dict[tir.Var, ir.Value] = {}
         self.buffers: dict[tir.Buffer, ir.Value] = {}
+        self._index_depth = 0     # > 0 while an element index is emitted (`index_value`)
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -78,8 +79,18 @@ class ExprCodegen(tir.ExprFunctor):
         return self.cast(b_value, b_dtype, a_dtype)
 
     def index_value(self, index: tir.PrimExpr) -> ir.Value:
-        """A scalar index as i64 (sign-extended)."""
-        value = self.expr(index)
+        """A scalar index as i64 (sign-extended).
+
+        Its integer adds, subtracts and multiplies carry `nsw` (`_int_flags`): an element index that
+        overflowed would address memory outside the buffer, which the entry's argument checks and the
+        static shapes rule out. It tells LLVM an int32 index does not wrap, so the index of a loop can be
+        widened to i64 once instead of sign-extended on every iteration (a `movslq` in each conv step).
+        """
+        self._index_depth += 1
+        try:
+            value = self.expr(index)
+        finally:
+            self._index_depth -= 1
         parsed = dtype_of(index.dtype)
         if value.type == I64:
             return value
@@ -123,15 +134,25 @@ class ExprCodegen(tir.ExprFunctor):
                 factors[1] = self._match(factors[0], factors[1], product.b.dtype, product.a.dtype)
                 return emit_math_call(self.builder, "fmuladd", node.dtype, factors)
         a, b = self._binary(node)
-        return self.builder.fadd(a, b) if dtype_of(node.dtype).is_float else self.builder.add(a, b)
+        if dtype_of(node.dtype).is_float:
+            return self.builder.fadd(a, b)
+        return self.builder.add(a, b, flags=self._int_flags(node))
 
     def visit_Sub(self, node):
         a, b = self._binary(node)
-        return self.builder.fsub(a, b) if dtype_of(node.dtype).is_float else self.builder.sub(a, b)
+        if dtype_of(node.dtype).is_float:
+            return self.builder.fsub(a, b)
+        return self.builder.sub(a, b, flags=self._int_flags(node))
 
     def visit_Mul(self, node):
         a, b = self._binary(node)
-        return self.builder.fmul(a, b) if dtype_of(node.dtype).is_float else self.builder.mul(a, b)
+        if dtype_of(node.dtype).is_float:
+            return self.builder.fmul(a, b)
+        return self.builder.mul(a, b, flags=self._int_flags(node))
+
+    def _int_flags(self, node) -> tuple[str, ...]:
+        """`nsw` for signed integer arithmetic of an element index (`index_value`); tensor values wrap."""
+        return ("nsw",) if self._index_depth and dtype_of(node.dtype).is_signed else ()
 
     def visit_Div(self, node):
         a, b = self._binary(node)
