@@ -126,3 +126,20 @@ def test_nhwc_region_runs_through_a_resize_with_its_sizes_scales_and_roi_permute
     data = random_input(x)
     np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5,
                                atol=1e-5)
+
+
+def test_a_global_pool_of_the_region_is_a_reduction_over_h_and_w_inside_it():
+    # the pooled (1, 1, 1, C) leaves the region, not the whole (1, H, W, C) map
+    for pool, reduction in ((graph.nn.global_avg_pool2d, "mean"), (graph.nn.global_max_pool2d, "max")):
+        x = graph.var("x", shape=(1, 16, 13, 13))
+        y = graph.nn.relu(graph.nn.conv2d(x, const(40, 16, 3, 3), padding=1))
+        before = Module.from_expr(graph.reshape(pool(y), (1, 40)))
+        after = alter_layout(before, target=_fake_target("NHWC"))
+        (reduced,) = _calls(after, reduction)
+        assert reduced.attrs.axis == (1, 2) and reduced.attrs.keepdims
+        assert not _calls(after, "nn.global_avg_pool2d") and not _calls(after, "nn.global_max_pool2d")
+        transforms = _calls(after, "layout_transform")
+        assert [tuple(t.checked_type.shape) for t in transforms] == [(1, 13, 13, 16), (1, 40, 1, 1)]
+        data = random_input(x)
+        np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}),
+                                   rtol=1e-5, atol=1e-6)

@@ -54,7 +54,10 @@ def test_batch_norm_without_a_foldable_producer_becomes_multiply_add():
     after = simplify_inference(before)
     assert_structural_equal(after, expected)
     data = random_input(x)
-    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5)
+    # atol: an output near zero is the difference of two rounded terms (whichever inputs the shared
+    # generator hands this test)
+    np.testing.assert_allclose(graph.evaluate(after, {"x": data}), graph.evaluate(before, {"x": data}), rtol=1e-5,
+                               atol=1e-6)
 
 
 def test_batch_norm_with_computed_parameters_keeps_the_algebra_as_ops():

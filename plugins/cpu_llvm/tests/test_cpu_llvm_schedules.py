@@ -431,3 +431,25 @@ def test_large_layout_transform_without_a_lanes_divisor_matches_numpy(shape, src
     data = _random(*shape)
     (got,) = run_schedule(schedule_for([out], LLVM), [x], [out], [data], "llvm")
     np.testing.assert_array_equal(got, data.transpose([src.index(axis) for axis in dst]))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "max"])
+@pytest.mark.parametrize("channels", [1000, 24, 7])
+def test_an_nhwc_global_pool_accumulates_a_vector_of_channels(reduction, channels):
+    # alter_layout turns a global pool of NHWC data into a reduction over H and W (axes 1, 2): the
+    # channels, innermost in the input, are the vector that accumulates (a scalar per channel walked
+    # the rows 4 KB apart); 7 channels have no vector and keep one scalar each
+    from tensorkiln.sdk.schedules import power_of_two_lanes, vector_lanes
+    op = get_op(reduction)
+    attrs = op.attrs_type(axis=(1, 2), keepdims=True)
+    x = te.placeholder((1, 13, 13, channels), "float32", name="x")
+    out = op.compute([x], attrs, TensorType((1, 1, 1, channels), "float32"))
+    s = schedule_for([out], LLVM)
+    lanes = power_of_two_lanes(channels, vector_lanes(LLVM, "float32"))
+    if reduction == "mean":   # a sum and its epilogue: the accumulator is allocated at the output's vector
+        assert set(_allocations(s, [x, out]).values()) == {f"float32[{lanes}]"}
+    lowered = str(tk.lower(s, [x, out]))
+    assert ("ramp(" in lowered) == (lanes > 1)
+    data = _random(1, 13, 13, channels)
+    (got,) = run_schedule(s, [x], [out], [data], "llvm")
+    np.testing.assert_allclose(got, op.reference(data, attrs), rtol=1e-5, atol=1e-6)

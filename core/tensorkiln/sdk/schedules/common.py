@@ -15,7 +15,7 @@ from ...ops import tags
 
 __all__ = ["resolve_target", "vector_lanes", "can_parallel", "as_outputs", "stages_of", "inline_injective",
            "divisor_at_most", "extent_of", "fuse_all", "fuse_for_attach", "vectorize_inner", "schedule_injective_stage",
-           "schedule_reduce_stage", "PARALLEL_MIN_WORK", "MAX_LANES"]
+           "schedule_reduce_stage", "reduces_outer_only", "power_of_two_lanes", "PARALLEL_MIN_WORK", "MAX_LANES"]
 
 MAX_LANES = 16
 PARALLEL_MIN_WORK = 1 << 15
@@ -186,9 +186,9 @@ def schedule_reduce_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
     data_axes, reduce_axes = list(stage.op.axis), list(stage.op.reduce_axis)
     work = _product(extent_of(a) for a in data_axes) * _product(extent_of(r) for r in reduce_axes)
     outer = data_axes
-    lanes = vector_lanes(target, tensor.dtype)
     last = extent_of(data_axes[-1]) if data_axes else 0
-    if data_axes and last and last >= lanes >= 2 and last % lanes == 0 and _reduces_outer_only(stage):
+    lanes = power_of_two_lanes(last, vector_lanes(target, tensor.dtype)) if last else 1
+    if data_axes and lanes >= 2 and reduces_outer_only(stage):
         outer_last, inner_last = stage.split(data_axes[-1], factor=lanes)
         stage.reorder(*data_axes[:-1], outer_last, *reduce_axes, inner_last)
         stage.vectorize(inner_last)
@@ -198,8 +198,16 @@ def schedule_reduce_stage(s: te.Schedule, tensor: te.Tensor, target) -> None:
         stage.parallel(fused)
 
 
-def _reduces_outer_only(stage) -> bool:
-    """True when the innermost output axis indexes the innermost input axis (vectorizable)."""
+def power_of_two_lanes(extent: int, lanes: int) -> int:
+    """The widest power-of-two vector, at most `lanes`, that divides `extent` (1000 channels: 8)."""
+    while lanes > 1 and extent % lanes:
+        lanes //= 2
+    return max(lanes, 1)
+
+
+def reduces_outer_only(stage) -> bool:
+    """True when the innermost output axis indexes the innermost input axis (vectorizable): the
+    reduction runs over outer axes only, as a global pool of NHWC data over H and W."""
     body = stage.op.body
     last = stage.op.axis[-1].var
     found = []
