@@ -236,6 +236,7 @@ class LLVMEmitter(Emitter):
         arrived: list[tir.PrimFunc] = []
         chunks: list[_Chunk] = []
         queued: list[_Chunk] = []     # the chunks the cache did not hold, in the order they were queued
+        owner: list = []              # the globals module's build: signatures and written buffers of every kernel
 
         def written_chunk(kernels: list, owns_globals: bool = False) -> ChunkJob | None:
             key = ""
@@ -253,6 +254,7 @@ class LLVMEmitter(Emitter):
                     libraries = [library for chunk in chunks for library in chunk.libraries]
                     built = self._build_module(arrived, target, config, machine, kernels=(), owns_globals=True,
                                                libraries=libraries)
+                    owner.append(built)
                 else:
                     built = self._build_module(arrived, target, config, machine, kernels=kernels)
                 text = _unoptimized_text(built.llvm_module)
@@ -301,8 +303,9 @@ class LLVMEmitter(Emitter):
         if binary is None:
             binary = bytes(machine.emit_object(parsed))
         libraries = [*dict.fromkeys(library for chunk in chunks for library in chunk.libraries)]
-        metadata = _metadata(config, libraries, _written(arrived))
-        return Artifact(target=str(target), format="llvm-ir", source=str(parsed), kernels=_signatures(arrived),
+        (globals_module,) = owner
+        metadata = _metadata(config, libraries, globals_module.written)
+        return Artifact(target=str(target), format="llvm-ir", source=str(parsed), kernels=globals_module.signatures,
                         binary=binary, sources={"llvm-unoptimized": "\n".join(c.text for c in chunks)},
                         metadata=metadata)
 

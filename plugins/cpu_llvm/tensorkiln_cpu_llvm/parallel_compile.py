@@ -12,9 +12,9 @@ parent links the bitcode into one module (the artifact's optimized IR) and merge
 chunk objects into one relocatable object (`merge_objects`, `ld -r`), or emits the
 object from the linked module itself where no linker is found.
 
-Chunks are shared out first come, first served. `optimize_chunks` draws them from an iterator
-that builds them: the workers start first, each built chunk joins a queue, and a worker takes the
-next queued chunk as soon as it is done with its last one. The emitter's iterator lowers the
+`optimize_chunks` draws the chunks from an iterator that builds them: the workers start first,
+each built chunk joins a queue, and a worker takes the costliest queued chunk as soon as it is
+done with its last one. The emitter's iterator lowers the
 kernels as it goes (`Emitter.emit_stream`), so the workers optimise the first chunks while the
 parent is still lowering and writing the rest. When every chunk is built, the parent takes queued
 chunks too. A module is cut into several chunks per process as its kernels arrive (`ChunkCutter`),
@@ -176,8 +176,8 @@ def optimize_chunks(jobs: Iterable[Union[ChunkJob, Callable[[], ChunkJob]]],
                     parse: Callable[[str], llvm.ModuleRef] = _plain_parse,
                     workers: int | None = None) -> list[ChunkResult]:
     """Results of every chunk, in order: `workers` processes (default one per job after the first; a
-    job list of unknown length, an iterator, needs `workers`) and this one share them, first come
-    first served.
+    job list of unknown length, an iterator, needs `workers`) and this one share them: a free
+    process takes the costliest queued job (`ChunkJob.cost`).
 
     `jobs` may be an iterator and a job a function returning it; both are drawn here, in order: the
     worker processes start first (Python, llvmlite and LLVM start up while this process builds the

@@ -13,6 +13,7 @@ from .common import (as_outputs, can_parallel, divisor_at_most, extent_of, fuse_
 from .fused import INJECTIVE_KEY, REDUCE_KEY, find_anchor, output_of, schedule_fused
 
 __all__ = ["as_outputs", "can_parallel", "divisor_at_most", "extent_of", "fuse_all", "fuse_for_attach",
-           "inline_injective", "power_of_two_lanes", "reduces_outer_only", "resolve_target", "schedule_injective_stage", "schedule_reduce_stage",
+           "inline_injective", "power_of_two_lanes", "reduces_outer_only", "resolve_target",
+           "schedule_injective_stage", "schedule_reduce_stage",
            "vector_lanes", "vectorize_inner", "INJECTIVE_KEY", "REDUCE_KEY", "find_anchor", "output_of",
            "schedule_fused"]

@@ -34,8 +34,8 @@ from tensorkiln.graph import is_blocked_kernel_layout, parse_layout
 from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.ops import tags
 from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, fuse_all, fuse_for_attach,
-                                      power_of_two_lanes, reduces_outer_only, schedule_injective_stage, schedule_reduce_stage,
-                                      vector_lanes)
+                                      power_of_two_lanes, reduces_outer_only, schedule_injective_stage,
+                                      schedule_reduce_stage, vector_lanes)
 from tensorkiln.sdk.schedules.common import PARALLEL_MIN_WORK
 
 from ..host import cache_sizes
@@ -471,7 +471,7 @@ def apply_reduce(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, c
         return
     out = s[output]
     axes = list(out.op.axis)
-    # the widest power-of-two vector dividing the innermost axis (1000 channels: 8 lanes on AVX-512 as on AVX2)
+    # the widest power-of-two vector dividing the innermost axis (1000 channels: 8 lanes, AVX-512 or AVX2)
     lanes = power_of_two_lanes(int(output.shape[-1]), vector_lanes(target, output.dtype))
     if lanes >= 2 and reduces_outer_only(s[anchor]):
         # a reduction over outer axes (an NHWC global pool over H and W): a vector of the innermost
