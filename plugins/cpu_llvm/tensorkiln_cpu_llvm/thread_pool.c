@@ -23,7 +23,8 @@
  *
  * The region word packs (region number << 32) | CLOSED | active workers; a worker joins with a
  * compare-and-swap that succeeds only while its region is open and not full. Idle workers spin
- * SPIN_ROUNDS pauses, then sleep on a futex. A region started from inside a region (a kernel in
+ * SPIN_ROUNDS pauses, then sleep on a futex, off the core of the caller that last started a region
+ * (sleep_off_caller_core). A region started from inside a region (a kernel in
  * a plan level that runs on the pool), or while another thread's region holds the pool, runs on
  * its caller alone.
  */
@@ -58,6 +59,7 @@ static _Atomic int64_t region_work_ns;      /* the workers' CPU time in the regi
 static _Atomic int32_t region_team;          /* read by workers before they join: atomic */
 static int32_t workers_started;
 static int32_t affinity_mode;               /* 0 none, 1 close, 2 spread */
+static _Atomic int32_t caller_cpu = -1;     /* the core the last region's caller started it on */
 static __thread int32_t team_size = 1;      /* threads of the region this thread runs (1 outside) */
 static __thread int32_t in_region;
 
@@ -100,6 +102,27 @@ static double thread_cpu_seconds(void) {
     return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
 }
 
+/* A sleeping worker is woken where the kernel's wake-up placement puts it, and on this 2-vCPU KVM
+   guest that was often the caller's own core (the other vCPU not counted as idle): the worker then
+   waited in that core's queue while the caller ran the whole region alone, or shared the core with
+   it. A 1024^3 GEMM at 2 threads ran at its 1-thread time for whole stretches (10.1 against 5.2 ms;
+   2 of 4 joins on the caller's core). So while it sleeps, a worker may run anywhere it may run but
+   on the caller's core: the wake-up lands elsewhere, and once awake it gets its whole mask back, so
+   the load balancer still moves it freely (pinning it for good, TENSORKILN_THREAD_AFFINITY=close,
+   fixed the GEMM too but, beside a busy process, kept the worker on the busy core and moved the
+   busy process onto the caller's). Returns whether the mask changed (`allowed` then holds it). */
+static int sleep_off_caller_core(cpu_set_t *allowed) {
+    int caller = atomic_load_explicit(&caller_cpu, memory_order_relaxed);
+    if (affinity_mode != 0 || caller < 0 || caller >= CPU_SETSIZE)
+        return 0;
+    if (pthread_getaffinity_np(pthread_self(), sizeof(*allowed), allowed) != 0 || CPU_COUNT(allowed) < 2
+        || !CPU_ISSET(caller, allowed))
+        return 0;
+    cpu_set_t others = *allowed;
+    CPU_CLR(caller, &others);
+    return pthread_setaffinity_np(pthread_self(), sizeof(others), &others) == 0;
+}
+
 static void *worker_main(void *index) {
     pin_worker((int32_t)(intptr_t)index);
     in_region = 1;   /* a region a task of this worker starts runs on the worker alone */
@@ -113,7 +136,11 @@ static void *worker_main(void *index) {
                 continue;
             }
             atomic_fetch_add(&sleepers, 1);
+            cpu_set_t allowed;
+            int moved = sleep_off_caller_core(&allowed);
             futex_wait(&region_number, seen);   /* returns at once if the number moved meanwhile */
+            if (moved)
+                pthread_setaffinity_np(pthread_self(), sizeof(allowed), &allowed);
             atomic_fetch_sub(&sleepers, 1);
             rounds = 0;
         }
@@ -158,6 +185,15 @@ static void run_alone(tk_task task, void *argument) {
 #define BACKOFF_MAX 12800
 static double waste_average;   /* moving average of the fraction of a region's time lost */
 static int32_t regions_alone, backoff_length = BACKOFF_REGIONS, regions_pooled;
+
+/* ... and when the time lost over the last WINDOW_SECONDS of pooled regions is more than WASTE_LIMIT of
+   it. The per-region average misses a worker that shares its core with a busy process and stalls one
+   region in several for a whole time slice (shufflenet beside a spinning process: 8 ms at 2 threads
+   against 2.8 at 1, no back-off, the average staying under the limit between the stalls); a window of
+   many regions does not, while a single stall of a few ms on a quiet machine stays under its limit. */
+#define WINDOW_SECONDS 0.02
+static double window_seconds, window_lost;
+static int32_t windows_since_backoff;
 static int64_t count_pooled, count_alone, count_backoffs;   /* tk_pool_counts(): regions so far */
 
 /* The caller's share of a core between the starts of its regions less than a millisecond apart (a
@@ -169,12 +205,17 @@ static int64_t count_pooled, count_alone, count_backoffs;   /* tk_pool_counts():
 static __thread double last_start_wall, last_start_cpu, share_average = 1.0;
 
 /* The next backoff_length regions run on the caller alone; the length doubles when the pool failed
-   again within 100 regions of the last back-off (state kept under the pool_busy flag). */
+   again within 100 regions or in the first window after the last back-off (state kept under the
+   pool_busy flag). */
 static void back_off(void) {
     regions_alone = backoff_length;
     count_backoffs++;
-    backoff_length = regions_pooled < 100 && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
+    int again = regions_pooled < 100 || windows_since_backoff == 0;
+    backoff_length = again && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
     regions_pooled = 0;
+    waste_average = 0.0;
+    window_seconds = window_lost = 0.0;
+    windows_since_backoff = 0;
 }
 
 static int caller_starved(void) {
@@ -230,6 +271,7 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
     uint32_t region = atomic_load(&region_number) + 1;
     region_task = task;
     region_argument = argument;
+    atomic_store_explicit(&caller_cpu, sched_getcpu(), memory_order_relaxed);
     atomic_store_explicit(&region_team, threads, memory_order_relaxed);
     atomic_store_explicit(&region_work_ns, 0, memory_order_relaxed);
     atomic_store_explicit(&region_word, (uint64_t)region << 32, memory_order_release);
@@ -261,13 +303,21 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
         /* an average of per-region fractions: a time-weighted one (lost seconds over region seconds)
            backed off on a quiet machine too, on single stalls of a few ms (densenet121 at 2 threads:
            5 back-offs in 100 runs, against none) */
-        waste_average = 0.9 * waste_average + 0.1 * (lost > 0 ? lost : 0) / (end - start);
-        if (waste_average > WASTE_LIMIT) {
-            back_off();
-            waste_average = 0.0;
-        } else {
-            regions_pooled++;
+        if (lost < 0)
+            lost = 0;
+        waste_average = 0.9 * waste_average + 0.1 * lost / (end - start);
+        window_seconds += end - start;
+        window_lost += lost;
+        int failed = waste_average > WASTE_LIMIT;
+        if (window_seconds >= WINDOW_SECONDS) {
+            failed |= window_lost > WASTE_LIMIT * window_seconds;
+            window_seconds = window_lost = 0.0;
+            windows_since_backoff += !failed;
         }
+        if (failed)
+            back_off();
+        else
+            regions_pooled++;
     }
     atomic_store_explicit(&pool_busy, 0, memory_order_release);
 }

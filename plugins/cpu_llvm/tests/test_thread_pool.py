@@ -109,3 +109,52 @@ def test_the_pool_is_built_once_into_the_cache_folder(tmp_path, monkeypatch):
         assert thread_pool.pool_library() == path and os.stat(path).st_mtime_ns == stamp
     finally:
         thread_pool.pool_library.cache_clear()
+
+
+_SLEEP_OFF_CHILD = r"""
+import os, sys, time, threading, numpy as np, tensorkiln as tk
+from tensorkiln import te
+allowed = sorted(os.sched_getaffinity(0))
+if sys.argv[1] == "one-cpu":
+    allowed = allowed[:1]
+    os.sched_setaffinity(0, set(allowed))
+a = te.placeholder((4096, 64), name="a")
+b = te.compute((4096, 64), lambda i, j: a[i, j] + 1.0, name="b")
+s = te.create_schedule(b.op)
+s[b].parallel(s[b].op.axis[0])
+loop = tk.build(s, [a, b], target="llvm", name="plus_one")
+x = np.ones((4096, 64), np.float32)
+out = np.empty_like(x)
+tk.runtime.set_num_threads(2)
+loop(x, out)   # starts the worker, with the process's whole mask
+main = threading.get_native_id()
+for caller in allowed[:2]:
+    os.sched_setaffinity(0, {caller})   # this (the caller's) thread only: the worker keeps its own mask
+    for _ in range(5):
+        loop(x, out)
+        assert np.array_equal(out, x + 1.0)
+    time.sleep(0.2)   # the worker spins ~30 us, then sleeps
+    masks = [sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task") if int(tid) != main]
+    print(caller, ";".join(",".join(map(str, m)) for m in masks))
+    os.sched_setaffinity(0, set(allowed))
+"""
+
+
+@needs_compiler
+@pytest.mark.parametrize("cpus", ["all", "one-cpu"])
+def test_a_sleeping_worker_is_off_the_core_of_the_last_caller(cpus):
+    """A worker woken on the caller's own core waited for the caller's whole region: while it sleeps, its
+    mask leaves out the core the last region started on (on one CPU there is nowhere else: unchanged)."""
+    result = subprocess.run([sys.executable, "-c", _SLEEP_OFF_CHILD, cpus], capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    allowed = sorted(os.sched_getaffinity(0))
+    lines = result.stdout.split("\n")[-1 - (1 if cpus == "one-cpu" or len(allowed) < 2 else 2):-1]
+    for line in lines:
+        caller, masks = line.split()
+        masks = [[int(c) for c in m.split(",")] for m in masks.split(";")]
+        if cpus == "one-cpu" or len(allowed) < 2:
+            assert [allowed[0]] in masks   # the worker, on the only CPU there is
+        else:
+            # the worker (other threads, e.g. BLAS's, keep the whole mask)
+            assert [c for c in allowed if c != int(caller)] in masks, (caller, masks)
