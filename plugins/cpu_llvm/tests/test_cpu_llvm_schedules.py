@@ -31,7 +31,7 @@ from tensorkiln.ops import tags
 from tensorkiln.ops.nn.conv2d import conv2d_layout
 from tensorkiln.passes import PassContext
 from tensorkiln.sdk import Workload
-from tensorkiln.sdk.schedules import schedule_fused
+from tensorkiln.sdk.schedules import power_of_two_lanes, schedule_fused, vector_lanes
 
 LLVM = tk.target("llvm")
 RNG = np.random.default_rng(7)
@@ -414,10 +414,38 @@ def test_softmax_rows_of_a_4d_tensor_keep_per_row_statistics():
     x = te.placeholder((2, 3, 8, 100), "float32", name="x")
     out = op.compute([x], op.attrs_type(axis=-1), TensorType((2, 3, 8, 100), "float32"))
     s = schedule_for([out], LLVM)
-    assert set(_allocations(s, [x, out]).values()) == {"float32[1]"}
+    # per row: the max and the sum, each with its vector of partial results (4 lanes divide 100)
+    assert sorted(_allocations(s, [x, out]).values()) == ["float32[1]", "float32[1]", "float32[4]", "float32[4]"]
     data = _random(2, 3, 8, 100)
     (got,) = run_schedule(s, [x], [out], [data], "llvm")
     np.testing.assert_allclose(got, op.reference(data, op.attrs_type(axis=-1)), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op_name, length", [("nn.softmax", 64), ("nn.softmax", 1000), ("nn.log_softmax", 48),
+                                             ("nn.layer_norm", 256), ("nn.layer_norm", 7)])
+def test_row_reductions_accumulate_a_vector_of_partial_results(op_name, length):
+    """softmax's max and exp-sum and layer_norm's mean and variance over a contiguous row: each step adds a
+    vector of the row to a vector of partials (rfactor), which one short loop then reduces; rows whose
+    length has no power-of-two divisor of 4 or more (7) keep scalar steps."""
+    op = get_op(op_name)
+    x = te.placeholder((3, 5, length), "float32", name="x")
+    out_type = TensorType((3, 5, length), "float32")
+    data = _random(3, 5, length) * 4.0
+    if op_name == "nn.layer_norm":
+        gamma, beta = te.placeholder((length,), "float32", name="g"), te.placeholder((length,), "float32", name="b")
+        attrs = op.attrs_type(axis=-1, epsilon=1e-5)
+        out = op.compute([x, gamma, beta], attrs, out_type)
+        inputs, arrays = [x, gamma, beta], [data, _random(length), _random(length)]
+    else:
+        attrs = op.attrs_type(axis=-1)
+        out = op.compute([x], attrs, out_type)
+        inputs, arrays = [x], [data]
+    s = schedule_for([out], LLVM)
+    lanes = power_of_two_lanes(length, vector_lanes(LLVM, "float32"))
+    partials = [shape for shape in _allocations(s, [*inputs, out]).values() if shape != "float32[1]"]
+    assert partials == ([f"float32[{lanes}]"] * 2 if lanes >= 4 else [])
+    (got,) = run_schedule(s, inputs, [out], arrays, "llvm")
+    np.testing.assert_allclose(got, op.reference(*arrays, attrs), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("shape, src, dst", [((1, 109, 109, 96), "NHWC", "NCHW"), ((1, 96, 37, 41), "NCHW", "NHWC")])
@@ -439,7 +467,6 @@ def test_an_nhwc_global_pool_accumulates_a_vector_of_channels(reduction, channel
     # alter_layout turns a global pool of NHWC data into a reduction over H and W (axes 1, 2): the
     # channels, innermost in the input, are the vector that accumulates (a scalar per channel walked
     # the rows 4 KB apart); 7 channels have no vector and keep one scalar each
-    from tensorkiln.sdk.schedules import power_of_two_lanes, vector_lanes
     op = get_op(reduction)
     attrs = op.attrs_type(axis=(1, 2), keepdims=True)
     x = te.placeholder((1, 13, 13, channels), "float32", name="x")

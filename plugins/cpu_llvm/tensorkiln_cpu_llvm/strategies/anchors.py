@@ -412,7 +412,60 @@ def _attach_rows(s: te.Schedule, output: te.Tensor, reductions: list[te.Tensor],
         return
     _parallel(out, fused, target)
     for tensor in reductions:
+        partial = _vector_partials(s, tensor, target)
+        if partial is not None:
+            s[partial].compute_at(out, fused)
         s[tensor].compute_at(out, fused)
+
+
+MIN_ROW_LANES = 4
+"""Narrowest vector of partial results a row reduction is split into (_vector_partials)."""
+
+
+def _vector_partials(s: te.Schedule, tensor: te.Tensor, target) -> te.Tensor | None:
+    """A reduction over a row's contiguous last axis as a vector of partial results: the axis split by
+    the widest power-of-two vector dividing it, its inner part factored out (rfactor) into a stage that
+    accumulates one vector per step, which the reduction then sums. Returns that stage's tensor, or None
+    (not a single reduction axis read as the last index, or too narrow a vector).
+
+    The row reductions of softmax (max, sum of exponentials) and layer_norm (mean, variance) otherwise
+    ran one scalar element per step, the exponential a scalar call: a softmax over 4 x 64 x 64 took 82 us
+    against onnxruntime's 7, a layer_norm over 64 x 256 47 us against 10."""
+    stage = s[tensor]
+    reduce_axes = list(stage.op.reduce_axis)
+    if len(reduce_axes) != 1 or not _reads_as_last_index(stage.op.body, reduce_axes[0].var):
+        return None
+    lanes = power_of_two_lanes(extent_of(reduce_axes[0]), vector_lanes(target, tensor.dtype))
+    if lanes < MIN_ROW_LANES:
+        return None
+    _, inner = stage.split(reduce_axes[0], factor=lanes)
+    partial = s.rfactor(tensor, inner, factor_axis=len(stage.op.axis))
+    partial_stage = s[partial]
+    lane_axis = partial_stage.op.axis[-1]
+    partial_stage.reorder(*partial_stage.op.axis[:-1], *partial_stage.op.reduce_axis, lane_axis)
+    partial_stage.vectorize(lane_axis)
+    return partial
+
+
+def _reads_as_last_index(body, var) -> bool:
+    """Whether every tensor read that `var` indexes has it as its last index, alone (a contiguous row)."""
+    from tensorkiln.tir.visit import post_order_visit
+    verdicts = []
+
+    def visit(x):
+        if isinstance(x, te.TensorRead) and x.indices:
+            uses = [index for index in x.indices if _mentions(index, var)]
+            if uses:
+                verdicts.append(len(uses) == 1 and x.indices[-1] is var)
+    post_order_visit(body.source if isinstance(body, te.Reduce) else body, visit)
+    return bool(verdicts) and all(verdicts)
+
+
+def _mentions(expr, var) -> bool:
+    from tensorkiln.tir.visit import post_order_visit
+    found = []
+    post_order_visit(expr, lambda x: found.append(x is var))
+    return any(found)
 
 
 def apply_softmax(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
