@@ -441,7 +441,8 @@ def test_row_reductions_accumulate_a_vector_of_partial_results(op_name, length):
         out = op.compute([x], attrs, out_type)
         inputs, arrays = [x], [data]
     s = schedule_for([out], LLVM)
-    lanes = power_of_two_lanes(length, vector_lanes(LLVM, "float32"))
+    from tensorkiln_cpu_llvm.strategies.anchors import _partial_width
+    lanes = power_of_two_lanes(length, _partial_width(length, vector_lanes(LLVM, "float32")))
     partials = [shape for shape in _allocations(s, [*inputs, out]).values() if shape != "float32[1]"]
     assert partials == ([f"float32[{lanes}]"] * 2 if lanes >= 4 else [])
     (got,) = run_schedule(s, inputs, [out], arrays, "llvm")
@@ -480,3 +481,23 @@ def test_an_nhwc_global_pool_accumulates_a_vector_of_channels(reduction, channel
     data = _random(1, 13, 13, channels)
     (got,) = run_schedule(s, [x], [out], [data], "llvm")
     np.testing.assert_allclose(got, op.reference(data, attrs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("reducer", ["sum", "mean", "max", "min", "prod"])
+@pytest.mark.parametrize("shape", [(256, 1024), (3, 40), (1, 4096), (6, 7)])
+def test_a_reduction_over_the_last_axis_accumulates_vectors(reducer, shape):
+    """A plain reduction over the contiguous last axis (a graph's ReduceSum/Mean/Max): a vector of partial
+    results per output, up to four vectors wide; rows of 7 stay scalar. Against numpy, with an elementwise
+    epilogue too (the reduction then computed at each output of the epilogue)."""
+    x = graph.var("x", shape=shape)
+    # prod: factors near 1, so 1024 of them neither overflow nor underflow
+    data = _random(*shape) * (0.01 if reducer == "prod" else 4.0) + (1.0 if reducer == "prod" else 0.0)
+    reduce = getattr(graph, reducer)
+    expected = getattr(np, reducer)(data.astype(np.float64), axis=-1, keepdims=True)
+    # summed in another order than numpy's: an error up to float32's epsilon times the sum of magnitudes
+    atol = 2e-7 * np.abs(data).sum(axis=-1).max() / (shape[-1] if reducer == "mean" else 1) + 1e-6
+    for expr, want in ((reduce(x, axis=-1, keepdims=True), expected),
+                       (reduce(x, axis=-1, keepdims=True) * graph.const(np.float32(2.0)), 2.0 * expected)):
+        lib = tk.compile(graph.Module.from_expr(expr), "llvm")
+        (got,) = lib.run({"x": data})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=2 * atol)
