@@ -160,3 +160,20 @@ def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
     caches = _host_caches(str(tmp_path))
     assert (caches.l1d, caches.l2, caches.l3, caches.l1d_ways) == (48 * 1024, 1024 * 1024, 32 * 1024 * 1024, 12)
     assert caches.l1d_way_bytes == 4096
+
+
+@pytest.mark.parametrize("cores, m, n, rows, columns", [
+    # AVX2's 4x24 tile: N = 256 is 11 slivers, at most 6 column blocks of two
+    (2, 64, 256, 1, 6),      # 6 items, 3 per core: rows stay whole (B read once)
+    (2, 64, 4096, 1, 8),     # columns give the 4 per core wanted
+    (2, 64, 32, 4, 1),       # one sliver: rows split until 2 items per core
+    (4, 64, 256, 2, 6),      # 4 cores: 6 column blocks, then rows for 2 per core
+    (1, 64, 256, 1, 1)])     # one core: one item
+def test_work_items_split_columns_first_and_rows_only_below_two_per_core(cores, m, n, rows, columns):
+    """gemm_blocking: columns are split up to WORK_ITEMS_PER_CORE items per core (at least two slivers
+    each), rows only while there are fewer than MIN_ITEMS_PER_CORE (each row block reads all of B again);
+    the products are right at 1 and 2 threads."""
+    target_text = f"llvm -mcpu=haswell -num_threads={cores}"
+    plan = gemm_plan(m, n, 256, tk.target(target_text), {}, "kn")
+    assert (plan.row_blocks, plan.column_blocks) == (rows, columns)
+    _check(_build(m, n, 256, target_text)[0], m, n, 256)

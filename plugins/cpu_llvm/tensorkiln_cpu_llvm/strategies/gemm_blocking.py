@@ -14,7 +14,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   read it in place (copying each sliver to the stack where its rows crowd an L1 set);
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
-  the items of every GEMM of a batch, which share one parallel region).
+  the items of every GEMM of a batch, which share one parallel region); rows are split too
+  only while there are fewer than MIN_ITEMS_PER_CORE.
 
 Blocks are evened out over their extent (M = 1000 with mc <= 680 gives two blocks of
 504 and 496, not 680 and 320), so no shape leaves a sliver of a block.
@@ -37,6 +38,12 @@ MIN_TILE_ROWS = 4
 """Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
 WORK_ITEMS_PER_CORE = 4
 """Items per core for dynamic scheduling: a core slowed by other processes takes fewer."""
+MIN_ITEMS_PER_CORE = 2
+"""Items per core below which rows are split too: each row block reads every sliver of B once more. Rows
+were split up to WORK_ITEMS_PER_CORE; measured with the sweep (alternating checkouts, AVX-512, 1 / 2
+threads), 64x256x256 0.93-0.97 / 0.81-0.89x numpy -> 1.01-1.04 / 0.95-0.97x, 64x256x1024 0.93 / 0.94-0.97x
+-> 1.10 / 1.06-1.11x (the attention and MLP GEMMs of a 64-token GPT block); AVX2 even or up to 0.06x
+better."""
 MIN_COLUMN_SLIVERS = 2
 """Slivers of the narrowest column block made for more work items, before rows are split (which reads
 every sliver once more per row block)."""
@@ -105,6 +112,7 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) ->
     if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
         nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
                  _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
+    wanted = -(-MIN_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
     if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
         mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
     return {"mc": mc, "kc": kc, "nc": nc}
