@@ -139,13 +139,18 @@ NHWC_CASES = [  # x shape (NCHW), multiplier, kernel, strides, padding, dilation
     ((1, 5, 20, 23), 1, (5, 5), (1, 1), (2, 2, 2, 2), (2, 2)),
     ((1, 48, 15, 17), 1, (3, 5), (3, 2), (1, 2, 0, 1), (1, 2)),
     ((1, 6, 17, 19), 2, (3, 3), (1, 2), (0, 2, 1, 1), (1, 1)),   # multiplier 2: the root pad path
+    # row stride 1: bands of output rows per parallel step (4, 2 of 14, a column stride of 2 under them)
+    ((1, 32, 28, 28), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((2, 16, 14, 9), 1, (3, 3), (1, 1), (1, 1, 1, 1), (1, 1)),
+    ((1, 24, 12, 10), 1, (3, 3), (1, 2), (1, 0, 1, 1), (1, 1)),
 ]
 
 
 @pytest.mark.parametrize("target", ["llvm", "llvm -mcpu=haswell"])
 @pytest.mark.parametrize("shape,multiplier,kernel,strides,padding,dilation", NHWC_CASES)
 def test_depthwise_nhwc_matches_numpy(target, shape, multiplier, kernel, strides, padding, dilation):
-    """NHWC depthwise (apply_conv2d_nhwc): the padded input rows computed per (channel block, output row)."""
+    """NHWC depthwise (apply_conv2d_nhwc): the padded input rows computed per (channel block, output row), or
+    per band of output rows when the row stride is 1."""
     channels = shape[1]
     x, w, b = _random(*shape), _random(channels * multiplier, 1, *kernel), _random(channels * multiplier)
     conv = graph.call("nn.conv2d", graph.var("x", shape=x.transpose(0, 2, 3, 1).shape),
