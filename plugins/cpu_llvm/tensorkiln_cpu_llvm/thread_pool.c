@@ -103,7 +103,8 @@ static double thread_cpu_seconds(void) {
 }
 
 /* A sleeping worker is woken where the kernel's wake-up placement puts it, and on this 2-vCPU KVM
-   guest that was often the caller's own core (the other vCPU not counted as idle): the worker then
+   guest that was often the caller's own core (why was not verified; presumably the other vCPU, halted
+   or preempted, was not counted as idle): the worker then
    waited in that core's queue while the caller ran the whole region alone, or shared the core with
    it. A 1024^3 GEMM at 2 threads ran at its 1-thread time for whole stretches (10.1 against 5.2 ms;
    2 of 4 joins on the caller's core). So while it sleeps, a worker may run anywhere it may run but

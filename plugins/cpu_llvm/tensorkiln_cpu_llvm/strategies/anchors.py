@@ -443,8 +443,8 @@ def _vector_partials(s: te.Schedule, tensor: te.Tensor, target) -> te.Tensor | N
     (not a single reduction axis read as the last index, or too narrow a vector).
 
     The row reductions of softmax (max, sum of exponentials) and layer_norm (mean, variance) otherwise
-    ran one scalar element per step, the exponential a scalar call: a softmax over 4 x 64 x 64 took 82 us
-    against onnxruntime's 7, a layer_norm over 64 x 256 47 us against 10."""
+    ran one scalar element per step, the exponential a scalar call: kernel time, 1 thread, AVX-512, a softmax
+    over 4 x 64 x 64 67.8 us (now 8.5; onnxruntime 7), a layer_norm over 64 x 256 33.6 us (now 3.7)."""
     stage = s[tensor]
     body = getattr(stage.op, "body", None)
     if not isinstance(body, te.Reduce) or body.condition is not None or body.combiner.name not in _SPLITTABLE:
@@ -477,23 +477,16 @@ def _partial_width(length: int, lanes: int) -> int:
 
 def _reads_as_last_index(body, var) -> bool:
     """Whether every tensor read that `var` indexes has it as its last index, alone (a contiguous row)."""
-    from tensorkiln.tir.visit import post_order_visit
+    from tensorkiln.tir.visit import post_order_visit, uses_var
     verdicts = []
 
     def visit(x):
         if isinstance(x, te.TensorRead) and x.indices:
-            uses = [index for index in x.indices if _mentions(index, var)]
+            uses = [index for index in x.indices if uses_var(index, [var])]
             if uses:
                 verdicts.append(len(uses) == 1 and x.indices[-1] is var)
     post_order_visit(body.source if isinstance(body, te.Reduce) else body, visit)
     return bool(verdicts) and all(verdicts)
-
-
-def _mentions(expr, var) -> bool:
-    from tensorkiln.tir.visit import post_order_visit
-    found = []
-    post_order_visit(expr, lambda x: found.append(x is var))
-    return any(found)
 
 
 def apply_softmax(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, target, config: dict) -> None:
