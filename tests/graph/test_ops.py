@@ -34,6 +34,7 @@ SAMPLES = {
     "where": ([f32(2, 3) > 0, f32(2, 3), f32(3)], {}),
     "nn.conv2d": ([f32(1, 4, 7, 7), f32(6, 2, 3, 3)], {"strides": (2, 1), "padding": (1, 0, 1, 2), "groups": 2,
                                                        "dilation": (1, 2)}),
+    "nn.conv2d_winograd": ([f32(1, 7, 6, 4), f32(6, 6, 2, 4, 4)], {"tile_size": 4, "padding": (1, 0, 1, 2)}),
     "nn.conv2d_transpose": ([f32(1, 4, 5, 5), f32(4, 3, 3, 3)], {"strides": (2, 2), "padding": (1, 1, 1, 1),
                                                                  "groups": 2, "output_padding": (1, 0)}),
     "nn.dense": ([f32(2, 5), f32(3, 5)], {}), "nn.matmul": ([f32(2, 1, 4, 5), f32(3, 5, 2)], {}),

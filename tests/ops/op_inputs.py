@@ -15,6 +15,7 @@ import numpy as np
 
 from tensorkiln.graph.ops import elementwise as ew
 from tensorkiln.graph.ops import image, layout, nn, reduce, tensor
+from tensorkiln.graph.ops import winograd as nn_winograd
 from tensorkiln.graph.attrs import NO_ATTRS
 
 __all__ = ["Case", "CASES", "cases_for"]
@@ -134,6 +135,16 @@ def _argreduce(rng, size):
     attrs = [reduce.ArgReduceAttrs(axis=1), reduce.ArgReduceAttrs(axis=-1, keepdims=False),
              reduce.ArgReduceAttrs(axis=0, select_last_index=True)]
     return [Case([x], a, label=str(a)) for a in attrs]
+
+
+def _conv2d_winograd(rng, size):
+    """NHWC data and a transformed weight (a, a, K / nb, C, nb): F(2x2) and F(4x4), partial tiles, padding."""
+    specs = [((1, 5, 6, 3), (4, 4, 2, 3, 2), 2, (1, 1, 1, 1)), ((1, 6, 5, 2), (6, 6, 1, 2, 4), 4, (0, 1, 1, 0))] \
+        if size == "tiny" else [((1, 14, 14, 16), (6, 6, 2, 16, 16), 4, (1, 1, 1, 1)),
+                                ((2, 9, 7, 8), (4, 4, 1, 8, 16), 2, (1, 1, 1, 1))]
+    return [Case([_uniform(rng, d, -1, 1), _uniform(rng, w, -1, 1)],
+                 nn_winograd.Conv2DWinogradAttrs(tile_size=m, padding=p), label=f"F({m}) {d}", atol=1e-4)
+            for d, w, m, p in specs]
 
 
 def _conv2d(rng, size):
@@ -318,7 +329,7 @@ CASES: dict[str, Callable] = {
     "where": _where,
     **{name: _reduce for name in ("sum", "mean", "max", "min", "prod")},
     "argmax": _argreduce, "argmin": _argreduce,
-    "nn.conv2d": _conv2d, "nn.conv2d_transpose": _conv2d_transpose,
+    "nn.conv2d": _conv2d, "nn.conv2d_transpose": _conv2d_transpose, "nn.conv2d_winograd": _conv2d_winograd,
     "nn.dense": _dense, "nn.matmul": _matmul,
     "nn.batch_norm": _batch_norm, "nn.bias_add": _bias_add, "nn.layer_norm": _layer_norm, "nn.lrn": _lrn,
     "nn.softmax": _softmax, "nn.log_softmax": _softmax,

@@ -16,7 +16,7 @@ def test_options_are_validated_and_defaulted():
     assert target.options["mcpu"] == "native"
     assert target.options["num_threads"] == 2
     assert target.options["opt_level"] == 3
-    assert str(target) == "cpu_llvm -mcpu=native -num_threads=2 -opt_level=3"
+    assert str(target) == "cpu_llvm -mcpu=native -num_threads=2 -opt_level=3 -winograd=auto"
     assert tk.target(str(target)) == target
 
 

@@ -1,6 +1,7 @@
 """unroll_loops, vectorize_loops, remove_no_op, hoist_shared_allocations: IR in, IR out."""
 from tensorkiln import tir
 from tensorkiln.tir import ForKind, IntImm, Var
+from tensorkiln.tir.visit import post_order_visit
 
 
 def c(v):
@@ -24,6 +25,26 @@ def test_unroll_keeps_large_loops_marked():
     A = tir.Buffer("A", (c(64),), "float32")
     before = _func(tir.For(i, c(0), c(64), ForKind.UNROLLED, tir.Store(A, tir.const(0.0), i)), A)
     assert tir.unroll_loops(before) is before
+
+
+def test_unroll_copies_only_the_taken_branch_of_a_select_on_the_loop_index():
+    """select(i == 0, B[0], select(i == 1, B[1] * 2, B[2])) unrolled over i: each copy is its row's
+    expression alone (Winograd's transform rows are such chains), and a select on another variable stays."""
+    i, j = Var("i"), Var("j")
+    A = tir.Buffer("A", (c(3),), "float32")
+    B = tir.Buffer("B", (c(3),), "float32")
+    chain = tir.Select(tir.EQ(i, c(0)), tir.Load(B, c(0)),
+                       tir.Select(tir.EQ(i, c(1)), tir.Load(B, c(1)) * tir.const(2.0), tir.Load(B, c(2))))
+    before = _func(tir.For(i, c(0), c(3), ForKind.UNROLLED, tir.Store(A, chain, i)), A, B)
+    expected = _func(tir.SeqStmt((tir.Store(A, tir.Load(B, c(0)), c(0)),
+                                  tir.Store(A, tir.Load(B, c(1)) * tir.const(2.0), c(1)),
+                                  tir.Store(A, tir.Load(B, c(2)), c(2)))), A, B)
+    tir.assert_structural_equal(tir.unroll_loops(before), expected)
+    other = tir.Select(tir.EQ(j, c(0)), tir.Load(B, i), tir.const(0.0))
+    kept = tir.unroll_loops(_func(tir.For(i, c(0), c(2), ForKind.UNROLLED, tir.Store(A, other, i)), A, B))
+    selects = []
+    post_order_visit(kept.body, lambda node: selects.append(node) if isinstance(node, tir.Select) else None)
+    assert len(selects) == 2
 
 
 def test_vectorize_contiguous_loop_into_ramps():

@@ -74,3 +74,16 @@ def test_narrowing_cast_drops_bounds_that_do_not_fit():
     bounds = {i: (0, 200)}
     assert const_bounds(tir.Cast("int16", i), bounds) == (0, 200)
     assert const_bounds(tir.Cast("int8", i), bounds) is None
+
+
+def test_a_select_on_a_broadcast_constant_keeps_its_taken_branch_only():
+    """Vectorized select chains (Winograd's transform rows) fold per lane-uniform condition; the dead
+    branch is not simplified at all (it may be large), and a load predicated on all-true lanes is plain."""
+    buf = tir.Buffer("B", (c(64),), "float32")
+    j = Var("j")
+    taken = tir.Load(buf, tir.Ramp(j * 16, c(1), 16), tir.Broadcast(tir.EQ(c(1), c(1)), 16))
+    dead = tir.Load(buf, tir.Ramp(j * 16 + c(16), c(1), 16))
+    chain = tir.Select(tir.Broadcast(tir.EQ(c(2), c(2)), 16), taken, dead)
+    tir.assert_structural_equal(tir.simplify_expr(chain), tir.Load(buf, tir.Ramp(j * 16, c(1), 16)))
+    other = tir.Select(tir.Broadcast(tir.EQ(c(2), c(3)), 16), taken, dead)
+    tir.assert_structural_equal(tir.simplify_expr(other), dead)

@@ -47,3 +47,15 @@ def test_a_failing_visitor_leaves_no_cycle_either(collector_off):
     with pytest.raises(ValueError):
         rewrite(e, post=fail)
     assert gc.collect() == 0
+
+
+def test_unrolling_a_select_chain_makes_no_cyclic_garbage(collector_off):
+    i = Var("i")
+    buf = tir.Buffer("A", (IntImm("int32", 2),), "float32")
+    chain = tir.Select(tir.EQ(i, IntImm("int32", 0)), tir.const(1.0), tir.Select(tir.EQ(i, IntImm("int32", 1)),
+                                                                                 tir.const(2.0), tir.const(3.0)))
+    func = tir.PrimFunc("f", (buf,), tir.For(i, IntImm("int32", 0), IntImm("int32", 2), tir.ForKind.UNROLLED,
+                                             tir.Store(buf, tir.simplify_expr(chain), i)))
+    unrolled = tir.unroll_loops(func)
+    assert gc.collect() == 0
+    assert unrolled is not func

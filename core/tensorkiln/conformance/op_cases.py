@@ -256,6 +256,12 @@ _register("nn.conv2d", FLOAT, _fixed(
             (("x", (1, 2, 7, 7), "any"), ("weight", (3, 2, 3, 3), "any")),
             (("x", (1, 4, 5, 5), "any"), ("weight", (4, 2, 3, 3), "any"))),
     variants=({}, {"strides": (2, 2), "padding": (1, 1, 1, 1)}, {"groups": 2, "dilation": (1, 1), "padding": (1, 0, 1, 0)})))
+# a transformed weight (a, a, K / nb, C, nb) of F(2x2) (a = 4) and F(4x4) (a = 6); any values are a valid U
+_register("nn.conv2d_winograd", FLOAT, _fixed(
+    shapes=((("x", (1, 6, 6, 4), "any"), ("weight", (4, 4, 2, 4, 4), "any")),
+            (("x", (1, 7, 5, 3), "any"), ("weight", (6, 6, 1, 3, 8), "any")),
+            (("x", (2, 5, 6, 2), "any"), ("weight", (4, 4, 3, 2, 2), "any"))),
+    variants=({"tile_size": 2}, {"tile_size": 4}, {"tile_size": 2, "padding": (0, 2, 1, 0)})))
 _register("nn.conv2d_transpose", FLOAT, _fixed(
     shapes=((("x", (1, 2, 4, 4), "any"), ("weight", (2, 3, 3, 3), "any")),
             (("x", (1, 3, 3, 3), "any"), ("weight", (3, 2, 2, 2), "any")),

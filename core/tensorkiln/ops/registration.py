@@ -10,7 +10,7 @@ from typing import Callable
 
 from ..graph import registry
 from . import bitcast, broadcast, col2im, elementwise, image, ngram, reduction, roi_align, sampling, scan, scatter, sort, transform
-from .nn import conv2d, conv2d_nchwc, conv_nd, dense, norm, pooling, softmax, window_nd
+from .nn import conv2d, conv2d_nchwc, conv_nd, dense, norm, pooling, softmax, window_nd, winograd
 
 __all__ = ["COMPUTES", "register_all", "uncovered_ops"]
 
@@ -40,6 +40,7 @@ def _computes() -> dict[str, Callable]:
         "cumsum": scan.cumsum, "cumprod": scan.cumprod, "topk": sort.topk,
         "layout_transform": transform.layout_transform,
         "nn.conv2d": conv2d_nchwc.conv2d, "nn.conv2d_transpose": conv2d.conv2d_transpose,
+        "nn.conv2d_winograd": winograd.conv2d_winograd,
         "nn.dense": dense.dense_compute, "nn.matmul": dense.matmul_compute,
         "nn.max_pool2d": pooling.max_pool2d, "nn.avg_pool2d": pooling.avg_pool2d,
         "nn.global_max_pool2d": pooling.global_max_pool, "nn.global_avg_pool2d": pooling.global_avg_pool,

@@ -15,7 +15,7 @@ from ..ir.dtypes import dtype_of, to_numpy
 from . import nodes as n
 from .visit import expr_key, rewrite
 
-__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "wrap_int", "Bounds"]
+__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "wrap_int", "uniform_value", "Bounds"]
 
 Bounds = dict  # Var -> (lo, hi) inclusive ints
 
@@ -240,6 +240,11 @@ def _imm(dtype: str, value) -> n.PrimExpr:
     return n.IntImm(dtype, wrap_int(dtype, value))
 
 
+def uniform_value(e):
+    """The constant of `e`, or of every lane of a broadcast constant; else None."""
+    return _const_value(e.value if isinstance(e, n.Broadcast) else e)
+
+
 def _const_value(e):
     if isinstance(e, n.IntImm):
         return bool(e.value) if e.dtype == "bool" else e.value
@@ -281,7 +286,7 @@ def _simplify_node(e, bounds: Bounds):
             return b
         return None
     if isinstance(e, n.Select):
-        c = _const_value(e.condition)
+        c = uniform_value(e.condition)
         if c is not None:
             return e.true_value if c else e.false_value
         return None
@@ -298,8 +303,7 @@ def _simplify_node(e, bounds: Bounds):
         c = _const_value(e.a)
         if c is not None:
             return n.IntImm("bool", int(not c))
-    if isinstance(e, n.Load) and e.predicate is not None and e.predicate.lanes == 1 \
-            and _const_value(e.predicate) is True:
+    if isinstance(e, n.Load) and e.predicate is not None and uniform_value(e.predicate) is True:
         return n.Load(e.buffer, e.index)
     if isinstance(e, n.Ramp) and is_const_int(e.stride, 0):
         return n.Broadcast(e.base, e.lanes_count)
@@ -449,7 +453,21 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
             x = rewrite(y, pre=keep_settled, post=one_step) if isinstance(y, n.BinaryOp) else y
         settled[id(x)] = x
         return x
-    return rewrite(e, post=post)
+
+    def taken_branch(x):
+        # A select whose condition folds (an unrolled loop index against a constant, as in
+        # Winograd's transform matrices) keeps one branch: the other is never simplified, so a
+        # chain of selects costs its taken branch, not the whole chain.
+        if not isinstance(x, n.Select):
+            return None
+        condition = uniform_value(rewrite(x.condition, pre=taken_branch, post=post))
+        if condition is None:
+            return None
+        return rewrite(x.true_value if condition else x.false_value, pre=taken_branch, post=post)
+    try:
+        return rewrite(e, pre=taken_branch, post=post)
+    finally:
+        del taken_branch   # it refers to itself through its closure: no cycle left for the GC (tir/visit.py)
 
 
 def numpy_dtype_of(dtype: str) -> np.dtype:

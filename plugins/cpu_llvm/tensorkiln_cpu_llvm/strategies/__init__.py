@@ -16,6 +16,7 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
     cpu_llvm.dense               tags dense, batch_matmul       row_block
     cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width, tile_rows
+    cpu_llvm.conv2d_winograd     nn.conv2d_winograd             rows (the batched GEMM's register tile, winograd.py)
     cpu_llvm.conv2d_nchw         NCHW conv tags                 channel_block, width_vectors
     cpu_llvm.conv2d_nchwc        tag conv2d_NCHWc               reg_n, unroll_kw (TVM's conv2d_NCHWc, conv_nchwc.py)
     cpu_llvm.pool_nchwc          NCHW{x}c max / avg pools       (vectorized over the channel block)
@@ -28,7 +29,7 @@ from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
 from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
-from . import concat, conv_nchwc, depthwise, int8, ukernel
+from . import concat, conv_nchwc, depthwise, int8, ukernel, winograd
 from .anchors import ANCHOR_SCHEDULES, nhwc_tile
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
@@ -90,6 +91,11 @@ def _conv_nchw_space(workload, target) -> TuningSpace:
     channels, vectors = (12, 2) if wide else (8, 1)
     return TuningSpace((Knob("channel_block", _with_default((1, 2, 4, 8, 16), channels), channels),
                         Knob("width_vectors", (1, 2, 3), vectors)))
+
+
+def _winograd_space(workload, target) -> TuningSpace:
+    default = winograd.default_rows(target)
+    return TuningSpace((Knob("rows", winograd.row_candidates(target), default),))
 
 
 def _dense_space(workload, target) -> TuningSpace:
@@ -166,5 +172,6 @@ def cpu_strategies(target) -> list[OpImplementation]:
         OpImplementation("cpu_llvm.dense", (tags.DENSE, tags.BATCH_MATMUL), _schedule, space=_dense_space),
         OpImplementation("cpu_llvm.conv2d_nhwc", (tags.CONV2D_NHWC,), _schedule, space=_conv_nhwc_space),
         OpImplementation("cpu_llvm.conv2d_nchw", conv_nchw, _schedule, space=_conv_nchw_space),
+        OpImplementation("cpu_llvm.conv2d_winograd", (tags.CONV2D_WINOGRAD_NHWC,), _schedule, space=_winograd_space),
         *(OpImplementation(f"cpu_llvm.{key}", (key,), _schedule) for key in plain),
     ]

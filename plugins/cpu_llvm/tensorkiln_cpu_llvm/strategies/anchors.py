@@ -39,6 +39,7 @@ from tensorkiln.sdk.schedules import (can_parallel, divisor_at_most, extent_of, 
 from tensorkiln.sdk.schedules.common import PARALLEL_MIN_WORK
 
 from ..host import cache_sizes
+from .winograd import apply_conv2d_winograd
 
 __all__ = ["apply_conv2d", "apply_conv2d_nhwc", "nhwc_tile", "packed_block", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
            "apply_reduce", "accumulator"]
@@ -614,7 +615,7 @@ ANCHOR_SCHEDULES = {
     "reduce": _reduce_at_root, "injective": _injective_at_root,
     tags.CONV2D_NCHW: apply_conv2d, tags.DEPTHWISE_CONV2D_NCHW: apply_conv2d,
     tags.GROUP_CONV2D_NCHW: apply_conv2d, tags.CONV2D_TRANSPOSE_NCHW: apply_conv2d,
-    tags.CONV2D_NHWC: apply_conv2d_nhwc,
+    tags.CONV2D_NHWC: apply_conv2d_nhwc, tags.CONV2D_WINOGRAD_NHWC: apply_conv2d_winograd,
     tags.DENSE: apply_dense, tags.BATCH_MATMUL: apply_dense,
     tags.POOL: apply_pool,
     tags.SOFTMAX: apply_softmax, tags.LOG_SOFTMAX: apply_softmax,
