@@ -10,30 +10,35 @@ where two do not divide the output channels.
 
 Which convs, and which m (`winograd_tile`): float32, groups 1, NHWC data, a constant HWIO
 weight, 3x3, stride 1, dilation 1, the output channels a multiple of a vector and at least 16 input
-channels (below that the transforms cost more than the multiplies they save). m = 4 unless the
-output is smaller than 12 x 12, where the tiles of 4 waste more (a 7x7 output is computed as
-8x8 either way, but F(4x4) transforms weights 2.25x larger than F(2x2) for few tiles). The
-target option `-winograd=off` keeps every conv direct; `-winograd=2` or `=4` forces m.
+channels (below that the transforms cost more than the multiplies they save). m = 4 where
+F(4x4) makes at least 32 tiles (the rows of its GEMMs; 28 x 28 outputs make 49), else m = 2:
+with fewer tiles F(4x4)'s GEMMs are too short and its transformed weights, 2.25x those of
+F(2x2), stream from memory for few rows (resnet50's 14x14 256 -> 256 convs, in the model:
+0.69 ms with m = 4, 0.61 with m = 2; its 28x28 ones 0.42 against 0.58). The target option
+`-winograd=off` keeps every conv direct; `-winograd=2` or `=4` forces m.
 
-Measured on one AVX-512 core (Zen 5; resnet50's 3x3 convs, bias and relu fused; direct ->
-F(m)): 56x56 64->64 1.22 -> 0.37 ms (m 4); 28x28 128->128 1.18 -> 0.34 (m 4); 14x14 256->256
-1.33 -> 0.52 (m 4; 0.60 with m 2); 7x7 512->512 1.87 -> 1.23 (m 2; 1.35 with m 4).
+Kernel times on one Zen 5 core, resnet50's 3x3 convs with bias and relu, direct -> Winograd
+(benchmarks/winograd_layers.py; AVX-512, then -mcpu=haswell): 56x56 64->64 1.01 -> 0.33 ms and
+2.31 -> 0.85; 28x28 128->128 1.02 -> 0.30 and 2.30 -> 0.89; 14x14 256->256 0.99 -> 0.48 and
+2.22 -> 1.59; 7x7 512->512 1.14 -> 0.87 and 2.79 -> 1.87.
 
 Rounding: F(4x4) float32 results differ from direct convolution by about 1e-5 relative
 (F(2x2): about 1e-6); the op's tolerance says so.
 """
 from __future__ import annotations
 
-from tensorkiln.graph import Call, Constant, Module, call, owned_constant, rewrite, winograd_weight_transform
+from tensorkiln.graph import (Call, Constant, Module, call, owned_constant, rewrite, winograd_tiles,
+                              winograd_weight_transform)
 from tensorkiln.ir.errors import TargetError
+from tensorkiln.sdk.host_arrays import aligned_empty
 
-__all__ = ["convert_to_winograd", "winograd_tile", "weight_block", "MIN_INPUT_CHANNELS", "LARGE_OUTPUT"]
+__all__ = ["convert_to_winograd", "winograd_tile", "weight_block", "MIN_INPUT_CHANNELS", "MIN_F4_TILES"]
 
 MIN_INPUT_CHANNELS = 16
 """Fewer input channels: the data transform (per input channel) outweighs the saved multiplies."""
 
-LARGE_OUTPUT = 12
-"""Outputs at least this high and wide use F(4x4, 3x3); smaller ones F(2x2, 3x3)."""
+MIN_F4_TILES = 32
+"""F(4x4, 3x3) where it makes at least this many output tiles per image; F(2x2, 3x3) below."""
 
 _OPTION_VALUES = ("auto", "off", "2", "4")
 
@@ -69,7 +74,8 @@ def winograd_tile(node: Call, target) -> int | None:
     if forced != "auto":
         return forced
     out_h, out_w = (int(d) for d in node.checked_type.shape[1:3])
-    return 4 if min(out_h, out_w) >= LARGE_OUTPUT else 2
+    tiles_h, tiles_w = winograd_tiles(out_h, out_w, 4)
+    return 4 if tiles_h * tiles_w >= MIN_F4_TILES else 2
 
 
 def convert_to_winograd(mod: Module, target=None) -> Module:
@@ -85,6 +91,7 @@ def convert_to_winograd(mod: Module, target=None) -> Module:
             return None
         data, weight = node.args
         block = weight_block(int(weight.value.shape[3]), target)
-        transformed = owned_constant(winograd_weight_transform(weight.value, "HWIO", tile, block))
+        # written once, 64-byte aligned: the executor keeps it as it is (weight_packing.py does the same)
+        transformed = owned_constant(winograd_weight_transform(weight.value, "HWIO", tile, block, empty=aligned_empty))
         return call("nn.conv2d_winograd", data, transformed, tile_size=tile, padding=node.attrs.padding)
     return rewrite(mod, visit)

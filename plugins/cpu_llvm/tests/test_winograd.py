@@ -55,8 +55,9 @@ def _winograd_tiles(model, target) -> list[int]:
             if isinstance(node, Call) and getattr(node.op, "name", "") == "nn.conv2d_winograd"]
 
 
-@pytest.mark.parametrize("size, tile", [(14, 4), (12, 4), (11, 2), (7, 2)])
+@pytest.mark.parametrize("size, tile", [(28, 4), (24, 4), (21, 4), (20, 2), (14, 2), (7, 2)])
 def test_the_tile_follows_the_output_size(size, tile):
+    """F(4x4) where it makes at least 32 tiles (21 x 21: 6 x 6), else F(2x2)."""
     model = _model((1, size, size, 32), _random(3, 3, 32, 32), (1, 1, 1, 1), _random(32))
     assert _winograd_tiles(model, "cpu_llvm") == [tile]
 
@@ -92,7 +93,7 @@ def test_the_option_turns_it_off_or_forces_the_tile():
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("x_shape, out_channels, padding, option", [
-    ((1, 16, 16, 32), 64, (1, 1, 1, 1), "auto"),      # F(4x4), whole tiles
+    ((1, 24, 24, 32), 64, (1, 1, 1, 1), "auto"),      # F(4x4), whole tiles
     ((2, 9, 13, 16), 32, (1, 1, 1, 1), "auto"),       # F(2x2), partial tiles, batch 2
     ((1, 14, 10, 24), 32, (1, 1, 1, 1), "4"),         # F(4x4) with partial tiles (14 = 3 * 4 + 2)
     ((1, 12, 12, 16), 48, (0, 0, 0, 0), "auto"),      # no padding: a 10x10 output; 48 channels: one vector

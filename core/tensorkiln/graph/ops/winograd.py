@@ -70,9 +70,11 @@ def winograd_tiles(out_height: int, out_width: int, tile_size: int) -> tuple[int
     return -(-out_height // tile_size), -(-out_width // tile_size)
 
 
-def winograd_weight_transform(weight: np.ndarray, kernel_layout: str, tile_size: int, block: int) -> np.ndarray:
+def winograd_weight_transform(weight: np.ndarray, kernel_layout: str, tile_size: int, block: int,
+                              empty=np.empty) -> np.ndarray:
     """U = G g G^T of a 3x3 conv weight in `kernel_layout` (HWIO, OIHW, OHWI), as float32 in the op's
-    layout (m + 2, m + 2, K / block, C, block); `block` must divide K."""
+    layout (m + 2, m + 2, K / block, C, block); `block` must divide K. `empty(shape, dtype)` makes the
+    result's array (a target passes an aligned allocator, as for transform_layout)."""
     weight = np.asarray(weight)
     hwio = weight if kernel_layout == "HWIO" else transform_layout(weight, kernel_layout, "HWIO")
     if hwio.shape[:2] != (3, 3):
@@ -87,8 +89,9 @@ def winograd_weight_transform(weight: np.ndarray, kernel_layout: str, tile_size:
     # without a float64 or transposed copy of U (those cost more than the rest of resnet50's compile)
     taps = hwio.reshape(9, in_channels, out_channels // block, block).transpose(0, 2, 1, 3)
     taps = np.ascontiguousarray(taps, dtype=np.float32).reshape(9, -1)
-    u = np.kron(g, g).astype(np.float32) @ taps
-    return u.reshape(alpha, alpha, out_channels // block, in_channels, block)
+    u = empty((alpha, alpha, out_channels // block, in_channels, block), np.float32)
+    np.matmul(np.kron(g, g).astype(np.float32), taps, out=u.reshape(alpha * alpha, -1))
+    return u
 
 
 @dataclass(frozen=True, slots=True)
