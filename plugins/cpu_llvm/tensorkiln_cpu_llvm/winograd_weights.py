@@ -14,7 +14,8 @@ channels (below that the transforms cost more than the multiplies they save). m 
 F(4x4) makes at least 32 tiles (the rows of its GEMMs; 28 x 28 outputs make 49), else m = 2:
 with fewer tiles F(4x4)'s GEMMs are too short and its transformed weights, 2.25x those of
 F(2x2), stream from memory for few rows (resnet50's 14x14 256 -> 256 convs, in the model:
-0.69 ms with m = 4, 0.61 with m = 2; its 28x28 ones 0.42 against 0.58). The target option
+0.69 ms with m = 4, 0.61 with m = 2; its 28x28 ones 0.42 against 0.58). Outputs under 10 x 10
+stay direct (MIN_TILES). The target option
 `-winograd=off` keeps every conv direct; `-winograd=2` or `=4` forces m.
 
 Kernel times on one Zen 5 core, resnet50's 3x3 convs with bias and relu, direct -> Winograd
@@ -32,13 +33,19 @@ from tensorkiln.graph import (Call, Constant, Module, call, owned_constant, rewr
 from tensorkiln.ir.errors import TargetError
 from tensorkiln.sdk.host_arrays import aligned_empty
 
-__all__ = ["convert_to_winograd", "winograd_tile", "weight_block", "MIN_INPUT_CHANNELS", "MIN_F4_TILES"]
+__all__ = ["convert_to_winograd", "winograd_tile", "weight_block", "MIN_INPUT_CHANNELS", "MIN_F4_TILES", "MIN_TILES"]
 
 MIN_INPUT_CHANNELS = 16
 """Fewer input channels: the data transform (per input channel) outweighs the saved multiplies."""
 
 MIN_F4_TILES = 32
 """F(4x4, 3x3) where it makes at least this many output tiles per image; F(2x2, 3x3) below."""
+
+MIN_TILES = 25
+"""Fewer F(2x2) tiles per image (outputs under 10 x 10): the conv stays direct. Its GEMMs would be a
+few rows over transformed weights 1.8x the direct ones: resnet50's 7x7 512 -> 512 convs gained
+1.3x for 17 MB of weights each (33 MB in all, half of what the pass added to the model, paid in
+compile time and memory), densenet121's 7x7 128 -> 32 ones 1.05x."""
 
 _OPTION_VALUES = ("auto", "off", "2", "4")
 
@@ -74,8 +81,14 @@ def winograd_tile(node: Call, target) -> int | None:
     if forced != "auto":
         return forced
     out_h, out_w = (int(d) for d in node.checked_type.shape[1:3])
-    tiles_h, tiles_w = winograd_tiles(out_h, out_w, 4)
-    return 4 if tiles_h * tiles_w >= MIN_F4_TILES else 2
+    if _tile_count(out_h, out_w, 2) < MIN_TILES:
+        return None
+    return 4 if _tile_count(out_h, out_w, 4) >= MIN_F4_TILES else 2
+
+
+def _tile_count(out_h: int, out_w: int, tile: int) -> int:
+    tiles_h, tiles_w = winograd_tiles(out_h, out_w, tile)
+    return tiles_h * tiles_w
 
 
 def convert_to_winograd(mod: Module, target=None) -> Module:

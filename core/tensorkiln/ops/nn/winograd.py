@@ -13,7 +13,7 @@ m the tile size, a = m + 2, P = N * tiles_h * tiles_w the tiles and p = (n, ty, 
     out[n, y, x, k]        = inverse[(n, y // m, x // m), y % m, x % m, k]
 
 The transforms are written as sums over the nonzero entries of one row of a constant matrix,
-chosen by a select on the row index: once a schedule unrolls that index the select folds
+chosen by selects on the row index: once a schedule unrolls that index the selects fold
 (tir.arith keeps the taken branch) and each output is a handful of adds of vectors. Splitting
 each 2-D transform into two 1-D ones (rows, then columns) is the separable form: 2 a^3 terms
 per tile and channel instead of a^4. The stage ops carry `attrs["winograd"]` naming their role.
@@ -45,11 +45,19 @@ def _combination(coefficients, term):
 
 
 def _row_of(matrix, row, term):
-    """sum_i matrix[row, i] * term(i) for a symbolic `row`: a select over the rows, folded once `row` is constant."""
-    expr = _combination(matrix[-1], term)
-    for r in range(len(matrix) - 2, -1, -1):
-        expr = n.Select(n.EQ(row, n.const(r, row.dtype)), _combination(matrix[r], term), expr)
-    return expr
+    """sum_i matrix[row, i] * term(i) for a symbolic `row`: sum_r select(row == r, <row r's sum>, 0).
+
+    Once `row` is constant every select folds, to its row's sum or to 0 (and x + 0 to x). A flat
+    sum rather than a chain of selects: lowering guards the reads in each branch with the
+    branch's condition (te.if_then_else semantics), and in a chain the conditions nest, so the
+    reads of the last row carried every earlier row's negated test, a quarter of a Winograd
+    kernel's lowering time."""
+    zero = n.const(0.0, "float32")
+    total = None
+    for r in range(len(matrix)):
+        value = n.Select(n.EQ(row, n.const(r, row.dtype)), _combination(matrix[r], term), zero)
+        total = value if total is None else total + value
+    return total
 
 
 def conv2d_winograd_nhwc(data: te.Tensor, weight: te.Tensor, tile_size: int,
