@@ -14,7 +14,7 @@ channels (below that the transforms cost more than the multiplies they save). m 
 F(4x4) makes at least 32 tiles (the rows of its GEMMs; 28 x 28 outputs make 49), else m = 2:
 with fewer tiles F(4x4)'s GEMMs are too short and its transformed weights, 2.25x those of
 F(2x2), stream from memory for few rows (resnet50's 14x14 256 -> 256 convs, in the model:
-0.69 ms with m = 4, 0.61 with m = 2; its 28x28 ones 0.42 against 0.58). Outputs under 10 x 10
+0.69 ms with m = 4, 0.61 with m = 2; its 28x28 ones 0.42 against 0.58). Outputs under 7 x 7
 stay direct (MIN_TILES). The target option
 `-winograd=off` keeps every conv direct; `-winograd=2` or `=4` forces m.
 
@@ -41,11 +41,12 @@ MIN_INPUT_CHANNELS = 16
 MIN_F4_TILES = 32
 """F(4x4, 3x3) where it makes at least this many output tiles per image; F(2x2, 3x3) below."""
 
-MIN_TILES = 25
-"""Fewer F(2x2) tiles per image (outputs under 10 x 10): the conv stays direct. Its GEMMs would be a
-few rows over transformed weights 1.8x the direct ones: resnet50's 7x7 512 -> 512 convs gained
-1.3x for 17 MB of weights each (33 MB in all, half of what the pass added to the model, paid in
-compile time and memory), densenet121's 7x7 128 -> 32 ones 1.05x."""
+MIN_TILES = 16
+"""Fewer F(2x2) tiles per image (outputs under 7 x 7): the conv stays direct. Its GEMMs would be a few
+rows over transformed weights 1.8x the direct ones. At 16 tiles it still pays: resnet50's 7x7
+512 -> 512 convs ran 1.3x faster (each weight 17 MB instead of 9.4), densenet121's 7x7 128 -> 32
+ones 1.05x."""
+
 
 _OPTION_VALUES = ("auto", "off", "2", "4")
 
