@@ -456,8 +456,8 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
 
     def taken_branch(x):
         # A select whose condition folds (an unrolled loop index against a constant, as in
-        # Winograd's transform matrices) keeps one branch: the other is never simplified, so a
-        # chain of selects costs its taken branch, not the whole chain.
+        # Winograd's transform matrices) keeps one branch: the other is never simplified, so
+        # selects over a matrix's rows cost the taken row, not every row.
         if not isinstance(x, n.Select):
             return None
         condition = uniform_value(rewrite(x.condition, pre=taken_branch, post=post))

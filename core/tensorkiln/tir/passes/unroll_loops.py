@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from .. import nodes as n
 from ..arith import as_int, simplify_expr, uniform_value
-from ..visit import rewrite, substitute
+from ..visit import rewrite, substitute, uses_var
 from .registry import register_loop_pass
 
 __all__ = ["unroll_loops", "MAX_UNROLL_EXTENT"]
@@ -30,14 +30,14 @@ def unroll_loops(func: n.PrimFunc, max_extent: int = MAX_UNROLL_EXTENT) -> n.Pri
 
 def _copy_with(body, var: n.Var, value: n.PrimExpr):
     """`body` with `var` := `value`, where a Select whose condition then folds is replaced by its taken
-    branch: a chain of selects on the loop index (the rows of Winograd's transform matrices, core
-    ops/nn/winograd.py) is copied as its one live branch, not as the whole chain for simplify to prune."""
+    branch: selects on the loop index (the rows of Winograd's transform matrices, core
+    ops/nn/winograd.py) are copied as their live branches, not whole for simplify to prune."""
     mapping = {var: value}
 
     def pre(x):
         if isinstance(x, n.Var):
             return mapping.get(x)
-        if isinstance(x, n.Select):
+        if isinstance(x, n.Select) and uses_var(x.condition, (var,)):
             taken = uniform_value(simplify_expr(substitute(x.condition, mapping)))
             if taken is not None:
                 return rewrite(x.true_value if taken else x.false_value, pre=pre)
