@@ -29,7 +29,7 @@ def test_unroll_keeps_large_loops_marked():
 
 def test_unroll_copies_only_the_taken_branch_of_a_select_on_the_loop_index():
     """select(i == 0, B[0], select(i == 1, B[1] * 2, B[2])) unrolled over i: each copy is its row's
-    expression alone (Winograd's transform rows are such chains), and a select on another variable stays."""
+    expression alone (Winograd's transform rows select so), and a select on another variable stays."""
     i, j = Var("i"), Var("j")
     A = tir.Buffer("A", (c(3),), "float32")
     B = tir.Buffer("B", (c(3),), "float32")

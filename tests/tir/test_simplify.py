@@ -77,7 +77,7 @@ def test_narrowing_cast_drops_bounds_that_do_not_fit():
 
 
 def test_a_select_on_a_broadcast_constant_keeps_its_taken_branch_only():
-    """Vectorized select chains (Winograd's transform rows) fold per lane-uniform condition; the dead
+    """Vectorized selects on a row index (Winograd's transform rows) fold per lane-uniform condition; the dead
     branch is not simplified at all (it may be large), and a load predicated on all-true lanes is plain."""
     buf = tir.Buffer("B", (c(64),), "float32")
     j = Var("j")

@@ -460,10 +460,13 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
         # selects over a matrix's rows cost the taken row, not every row.
         if not isinstance(x, n.Select):
             return None
-        condition = uniform_value(rewrite(x.condition, pre=taken_branch, post=post))
-        if condition is None:
-            return None
-        return rewrite(x.true_value if condition else x.false_value, pre=taken_branch, post=post)
+        condition = rewrite(x.condition, pre=taken_branch, post=post)
+        taken = uniform_value(condition)
+        if taken is not None:
+            return rewrite(x.true_value if taken else x.false_value, pre=taken_branch, post=post)
+        # both branches stay: built here on the condition simplified above, not simplified twice
+        branches = (rewrite(value, pre=taken_branch, post=post) for value in (x.true_value, x.false_value))
+        return post(n.Select(condition, *branches))
     try:
         return rewrite(e, pre=taken_branch, post=post)
     finally:
