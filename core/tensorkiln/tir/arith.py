@@ -275,15 +275,23 @@ def _simplify_node(e, bounds: Bounds):
             return None  # only constants fold; the integer rules below are for arithmetic
         if _is_int_scalar(e):
             return _simplify_int(e, bounds)
-        # floats and vectors: only identities that are exact
-        if isinstance(e, (n.Add, n.Sub)) and cb == 0:
+        # floats and vectors: only identities that are exact but for the sign of a zero. A broadcast
+        # constant counts: the zeros a folded select leaves in a transform row (Winograd's B^T d)
+        # would otherwise reach LLVM, which keeps `fadd x, 0.0` (exact only without signed zeros).
+        ua, ub = uniform_value(a), uniform_value(b)
+        if isinstance(e, (n.Add, n.Sub)) and ub == 0:
             return a
-        if isinstance(e, n.Add) and ca == 0:
+        if isinstance(e, n.Add) and ua == 0:
             return b
-        if isinstance(e, (n.Mul, n.Div)) and cb == 1:
+        if isinstance(e, (n.Mul, n.Div)) and ub == 1:
             return a
-        if isinstance(e, n.Mul) and ca == 1:
+        if isinstance(e, n.Mul) and ua == 1:
             return b
+        if isinstance(e, (n.Add, n.Sub)) and isinstance(b, n.Sub) and uniform_value(b.a) == 0:
+            # a + (0 - c) -> a - c, a - (0 - c) -> a + c
+            return (n.Sub if isinstance(e, n.Add) else n.Add)(a, b.b)
+        if isinstance(e, n.Add) and isinstance(a, n.Sub) and uniform_value(a.a) == 0:
+            return n.Sub(b, a.b)    # (0 - c) + b -> b - c
         return None
     if isinstance(e, n.Select):
         c = uniform_value(e.condition)

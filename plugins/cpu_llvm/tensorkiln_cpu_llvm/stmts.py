@@ -76,10 +76,24 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
 
     def visit_LetStmt(self, node: tir.LetStmt) -> None:
         self.vars[node.var] = self.expr(node.value)
+        with self._sign_known(node.var, node.value):
+            try:
+                self.stmt(node.body)
+            finally:
+                del self.vars[node.var]
+
+    @contextlib.contextmanager
+    def _sign_known(self, var: tir.Var, first: tir.PrimExpr):
+        """While a loop from `first` (or a let of value `first`) is emitted, `var` counts as non-negative
+        when `first` is (ExprCodegen.non_negative: unsigned division of the indices that read it)."""
+        known = self.non_negative(first)
+        if known:
+            self.non_negative_vars.add(var)
         try:
-            self.stmt(node.body)
+            yield
         finally:
-            del self.vars[node.var]
+            if known:
+                self.non_negative_vars.discard(var)
 
     def visit_IfThenElse(self, node: tir.IfThenElse) -> None:
         condition = self._as_bool(node.condition)
@@ -181,9 +195,10 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         if kind == tir.ForKind.UNROLLED and isinstance(node.extent, tir.IntImm) \
                 and node.extent.value <= UNROLL_INLINE_LIMIT:
             start = self.expr(node.min)
-            for step in range(node.extent.value):
-                self.vars[node.loop_var] = self.builder.add(start, ir.Constant(start.type, step))
-                self.stmt(node.body)
+            with self._sign_known(node.loop_var, node.min):
+                for step in range(node.extent.value):
+                    self.vars[node.loop_var] = self.builder.add(start, ir.Constant(start.type, step))
+                    self.stmt(node.body)
             del self.vars[node.loop_var]
             return
         # A VECTORIZED loop reaching here is one tir's vectorize_loops could not turn into vector
@@ -197,7 +212,8 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         loop_type = value_type(node.loop_var.dtype)
         start = self.cast(start, node.min.dtype, node.loop_var.dtype) if start.type != loop_type else start
         extent = self.cast(extent, node.extent.dtype, node.loop_var.dtype) if extent.type != loop_type else extent
-        with for_range(self.builder, start, self.builder.add(start, extent), metadata, name=node.loop_var.name) as i:
+        with self._sign_known(node.loop_var, node.min), \
+                for_range(self.builder, start, self.builder.add(start, extent), metadata, name=node.loop_var.name) as i:
             self.vars[node.loop_var] = i
             self.stmt(node.body)
         del self.vars[node.loop_var]
@@ -249,6 +265,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         child._outlined = self._outlined
         counter, child_start, child_extent = inner.args[:3]
         child.vars = {var: value for (var, _), value in zip(captured_vars, inner.args[3:first_buffer])}
+        child.non_negative_vars = {var for var, _ in captured_vars if var in self.non_negative_vars}
         child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, inner.args[first_buffer:])}
         with child._dynamic_chunks(counter, child_extent, loop_type) as (first, count):
             child._serial_for(node, child.builder.add(child_start, first), count)
