@@ -257,6 +257,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         inner = ir.Function(self.module, inner_type, f"{name}.body")
         inner.linkage = "internal"
         inner.attributes.add("nounwind")
+        inner.attributes.add("alwaysinline")   # into its one caller, the outlined wrapper: as NAME.impl (abi.py)
         first_buffer = 3 + len(captured_vars)
         for argument, unique in zip(inner.args[first_buffer:], distinct):
             if unique:
