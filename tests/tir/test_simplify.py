@@ -76,6 +76,22 @@ def test_narrowing_cast_drops_bounds_that_do_not_fit():
     assert const_bounds(tir.Cast("int8", i), bounds) is None
 
 
+def test_broadcast_zeros_and_ones_drop_out_of_vector_arithmetic():
+    """The zero terms a folded select leaves in a vector sum (Winograd's transform rows) are removed here:
+    LLVM keeps `fadd x, 0.0` (it is exact only without signed zeros), so they would reach the kernel."""
+    buf = tir.Buffer("B", (c(64),), "float32")
+    x, y = (tir.Load(buf, tir.Ramp(c(base), c(1), 16)) for base in (0, 16))
+    zero, one = tir.Broadcast(tir.const(0.0), 16), tir.Broadcast(tir.const(1.0), 16)
+    assert tir.simplify_expr(zero + (x + zero)) is x
+    assert tir.simplify_expr((x - zero) * one) is x
+    tir.assert_structural_equal(tir.simplify_expr(x + (zero - y)), x - y)
+    tir.assert_structural_equal(tir.simplify_expr(x - (zero - y)), x + y)
+    tir.assert_structural_equal(tir.simplify_expr((zero - y) + x), x - y)
+    # a zero times a vector stays (0 * inf is nan), as does a vector minus a vector
+    assert not tir.structural_equal(tir.simplify_expr(zero * x), zero)
+    tir.assert_structural_equal(tir.simplify_expr(zero - y), zero - y)
+
+
 def test_a_select_on_a_broadcast_constant_keeps_its_taken_branch_only():
     """Vectorized selects on a row index (Winograd's transform rows) fold per lane-uniform condition; the dead
     branch is not simplified at all (it may be large), and a load predicated on all-true lanes is plain."""
