@@ -103,3 +103,17 @@ def test_a_select_on_a_broadcast_constant_keeps_its_taken_branch_only():
     tir.assert_structural_equal(tir.simplify_expr(chain), tir.Load(buf, tir.Ramp(j * 16, c(1), 16)))
     other = tir.Select(tir.Broadcast(tir.EQ(c(2), c(3)), 16), taken, dead)
     tir.assert_structural_equal(tir.simplify_expr(other), dead)
+
+
+def test_non_negative_proves_only_what_holds_for_every_value():
+    i, j = Var("i"), Var("j")
+    known = {id(i)}
+    assert tir.non_negative(i * 4 + i // 7, known)
+    assert tir.non_negative(j % 7, known)                    # floor modulo by a positive constant
+    assert tir.non_negative(tir.Max(j, i), known)            # one side suffices for max
+    assert tir.non_negative(tir.Ramp(i * 16, c(1), 16), known)
+    assert not tir.non_negative(j, known)                    # nothing known of j
+    assert not tir.non_negative(i - 1, known)                # a difference may be negative
+    assert not tir.non_negative(tir.Min(i, j), known)
+    assert not tir.non_negative(j // 7, known)
+    assert tir.non_negative(Var("u", "uint32"), set())        # unsigned

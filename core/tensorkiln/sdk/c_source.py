@@ -36,6 +36,7 @@ from ..ir.errors import CompileError
 from ..tir import nodes as tir
 from ..tir.functor import ExprFunctor, StmtFunctor
 from ..tir.passes.lower_thread_allreduce import lower_thread_allreduce
+from ..tir.arith import non_negative
 from ..tir.visit import post_order_visit
 from .codegen import Artifact, Emitter, signature_of
 
@@ -941,25 +942,7 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
 
     def _is_nonneg(self, e: tir.PrimExpr) -> bool:
         """Conservative proof that an integer expression is >= 0 (lets / and % replace floor ops)."""
-        if e.dtype in _NO_VALUE:
-            return False
-        if isinstance(e, tir.IntImm):
-            return e.value >= 0
-        if isinstance(e, tir.Var):
-            return id(e) in self.nonneg or not dtype_of(e.dtype).is_signed
-        if isinstance(e, (tir.Add, tir.Mul, tir.Div, tir.FloorDiv, tir.Min, tir.Max)):
-            return self._is_nonneg(e.a) and self._is_nonneg(e.b)
-        if isinstance(e, tir.FloorMod):
-            return (_const_int(e.b) or 0) > 0 or (self._is_nonneg(e.a) and self._is_nonneg(e.b))
-        if isinstance(e, tir.Ramp):
-            return self._is_nonneg(e.base) and self._is_nonneg(e.stride)
-        if isinstance(e, tir.Broadcast):
-            return self._is_nonneg(e.value)
-        if isinstance(e, tir.Select):
-            return self._is_nonneg(e.true_value) and self._is_nonneg(e.false_value)
-        if isinstance(e, tir.Cast):
-            return dtype_of(e.dtype).is_int and self._is_nonneg(e.value)
-        return not dtype_of(e.dtype).is_signed and dtype_of(e.dtype).is_int
+        return non_negative(e, self.nonneg)
 
     def _helper(self, op: str, dtype: str) -> str:
         """Name of a helper function (floordiv, floormod, min, max) for `dtype`, defined once per file."""

@@ -15,7 +15,8 @@ from ..ir.dtypes import dtype_of, to_numpy
 from . import nodes as n
 from .visit import expr_key, rewrite
 
-__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "wrap_int", "uniform_value", "Bounds"]
+__all__ = ["const_bounds", "simplify_expr", "as_int", "is_const_int", "linear_form", "wrap_int", "uniform_value",
+           "non_negative", "Bounds"]
 
 Bounds = dict  # Var -> (lo, hi) inclusive ints
 
@@ -243,6 +244,35 @@ def _imm(dtype: str, value) -> n.PrimExpr:
 def uniform_value(e):
     """The constant of `e`, or of every lane of a broadcast constant; else None."""
     return _const_value(e.value if isinstance(e, n.Broadcast) else e)
+
+
+def non_negative(e, known: "set[int] | frozenset[int]" = frozenset()) -> bool:
+    """A conservative proof that integer expression `e` is >= 0 (on every lane), for code generators:
+    a floor division or modulo of a non-negative value by a positive constant is a plain unsigned one.
+
+    `known` holds the ids of the variables known to be >= 0 (loops from a non-negative start, lets of a
+    non-negative value: the emitter knows where they are bound); unsigned variables always are."""
+    if e.dtype in ("void", "handle"):
+        return False
+    if isinstance(e, n.IntImm):
+        return e.value >= 0
+    if isinstance(e, n.Var):
+        return id(e) in known or not dtype_of(e.dtype).is_signed
+    if isinstance(e, (n.Add, n.Mul, n.Div, n.FloorDiv, n.Min, n.Max)):
+        if isinstance(e, n.Max) and (non_negative(e.a, known) or non_negative(e.b, known)):
+            return True
+        return non_negative(e.a, known) and non_negative(e.b, known)
+    if isinstance(e, n.FloorMod):
+        return (uniform_value(e.b) or 0) > 0 or (non_negative(e.a, known) and non_negative(e.b, known))
+    if isinstance(e, n.Ramp):
+        return non_negative(e.base, known) and non_negative(e.stride, known)
+    if isinstance(e, n.Broadcast):
+        return non_negative(e.value, known)
+    if isinstance(e, n.Select):
+        return non_negative(e.true_value, known) and non_negative(e.false_value, known)
+    if isinstance(e, n.Cast):
+        return dtype_of(e.dtype).is_int and non_negative(e.value, known)
+    return dtype_of(e.dtype).is_int and not dtype_of(e.dtype).is_signed
 
 
 def _const_value(e):

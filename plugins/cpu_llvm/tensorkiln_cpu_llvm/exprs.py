@@ -30,7 +30,7 @@ class ExprCodegen(tir.ExprFunctor):
         self.builder = builder
         self.call_intrinsic = call_intrinsic
         self.vars: dict[tir.Var, ir.Value] = {}
-        self.non_negative_vars: set[tir.Var] = set()   # loop and let variables known to be >= 0
+        self.non_negative_vars: set[int] = set()   # ids of the loop and let variables known to be >= 0
         self.buffers: dict[tir.Buffer, ir.Value] = {}
         self._index_depth = 0     # > 0 while an element index is emitted (`index_value`)
 
@@ -173,33 +173,11 @@ class ExprCodegen(tir.ExprFunctor):
                                  builder.icmp_signed("<", builder.xor(remainder, b), zero))
         return b, quotient, remainder, needs_fix
 
-    def non_negative(self, node: tir.PrimExpr) -> bool:
-        """Whether integer expression `node` is >= 0 whatever its variables' values: built from
-        non-negative constants and variables (`non_negative_vars`: loops from a non-negative start) by
-        +, *, floor division and modulo by a positive constant, min and max."""
-        if isinstance(node, tir.IntImm):
-            return node.value >= 0
-        if isinstance(node, tir.Var):
-            return node in self.non_negative_vars
-        if isinstance(node, tir.FloorMod):
-            return _positive_constant(node.b)
-        if isinstance(node, (tir.Add, tir.Mul, tir.Min)):
-            return self.non_negative(node.a) and self.non_negative(node.b)
-        if isinstance(node, tir.FloorDiv):
-            return _positive_constant(node.b) and self.non_negative(node.a)
-        if isinstance(node, tir.Max):
-            return self.non_negative(node.a) or self.non_negative(node.b)
-        if isinstance(node, tir.Broadcast):
-            return self.non_negative(node.value)
-        if isinstance(node, tir.Ramp):
-            return self.non_negative(node.base) and self.non_negative(node.stride)
-        return False
-
     def _unsigned_division(self, node) -> bool:
         """Signed floor division or modulo of a non-negative value by a positive constant: udiv/urem give
         the same result without floor semantics' sign fix-up, which every index of a tile (p // 14,
         p % 14) repeated and LLVM spent its time taking apart."""
-        return _positive_constant(node.b) and self.non_negative(node.a)
+        return _positive_constant(node.b) and tir.non_negative(node.a, self.non_negative_vars)
 
     def visit_FloorDiv(self, node):
         parsed = dtype_of(node.dtype)

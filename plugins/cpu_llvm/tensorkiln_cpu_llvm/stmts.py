@@ -85,15 +85,15 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
     @contextlib.contextmanager
     def _sign_known(self, var: tir.Var, first: tir.PrimExpr):
         """While a loop from `first` (or a let of value `first`) is emitted, `var` counts as non-negative
-        when `first` is (ExprCodegen.non_negative: unsigned division of the indices that read it)."""
-        known = self.non_negative(first)
+        when `first` is (tir.non_negative: unsigned division of the indices that read it)."""
+        known = tir.non_negative(first, self.non_negative_vars)
         if known:
-            self.non_negative_vars.add(var)
+            self.non_negative_vars.add(id(var))
         try:
             yield
         finally:
             if known:
-                self.non_negative_vars.discard(var)
+                self.non_negative_vars.discard(id(var))
 
     def visit_IfThenElse(self, node: tir.IfThenElse) -> None:
         condition = self._as_bool(node.condition)
@@ -266,7 +266,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         child._outlined = self._outlined
         counter, child_start, child_extent = inner.args[:3]
         child.vars = {var: value for (var, _), value in zip(captured_vars, inner.args[3:first_buffer])}
-        child.non_negative_vars = {var for var, _ in captured_vars if var in self.non_negative_vars}
+        child.non_negative_vars = {id(var) for var, _ in captured_vars if id(var) in self.non_negative_vars}
         child.buffers = {buf: value for (buf, _), value in zip(captured_buffers, inner.args[first_buffer:])}
         with child._dynamic_chunks(counter, child_extent, loop_type) as (first, count):
             child._serial_for(node, child.builder.add(child_start, first), count)
