@@ -177,3 +177,20 @@ def test_work_items_split_columns_first_and_rows_only_below_two_per_core(cores, 
     plan = gemm_plan(m, n, 256, tk.target(target_text), {}, "kn")
     assert (plan.row_blocks, plan.column_blocks) == (rows, columns)
     _check(_build(m, n, 256, target_text)[0], m, n, 256)
+
+
+def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
+    """Work is handed out an item at a time, so the last item runs alone: a tall GEMM splits its rows (in
+    blocks of hundreds) until each core has BALANCED_ITEMS_PER_CORE items; a short one keeps its rows whole."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import BALANCED_ITEMS_PER_CORE, MIN_SPLIT_ROWS
+
+    for cores in (2, 4):
+        target = tk.target(f"llvm -mcpu=skylake-avx512 -l2_cache=1M -l3_cache=32M -num_threads={cores}")
+        tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
+        assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= MIN_SPLIT_ROWS
+        assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
+        short = gemm_plan(196, 1024, 256, target, {}, "kn")
+        assert short.row_blocks == 1
+    alone = gemm_plan(1024, 1024, 1024, tk.target("llvm -mcpu=skylake-avx512 -l2_cache=1M -l3_cache=32M -num_threads=1"),
+                     {}, "kn")
+    assert alone.row_blocks == 1 and alone.column_blocks == 1      # one thread: blocks follow the caches alone

@@ -14,8 +14,9 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   read it in place (copying each sliver to the stack where its rows crowd an L1 set);
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
-  the items of every GEMM of a batch, which share one parallel region); rows are split too
-  only while there are fewer than MIN_ITEMS_PER_CORE.
+  the items of every GEMM of a batch, which share one parallel region); then the rows of a tall
+  GEMM are split, in blocks of at least MIN_SPLIT_ROWS, up to BALANCED_ITEMS_PER_CORE items; rows of
+  a short one are split too only while there are fewer than MIN_ITEMS_PER_CORE.
 
 Blocks are evened out over their extent (M = 1000 with mc <= 680 gives two blocks of
 504 and 496, not 680 and 320), so no shape leaves a sliver of a block.
@@ -44,6 +45,15 @@ were split up to WORK_ITEMS_PER_CORE; measured with the sweep (alternating check
 threads), 64x256x256 0.93-0.97 / 0.81-0.89x numpy -> 1.01-1.04 / 0.95-0.97x, 64x256x1024 0.93 / 0.94-0.97x
 -> 1.10 / 1.06-1.11x (the attention and MLP GEMMs of a 64-token GPT block); AVX2 even or up to 0.06x
 better."""
+BALANCED_ITEMS_PER_CORE = 8
+"""Items per core that a tall GEMM (M >= 2 x MIN_SPLIT_ROWS) reaches by splitting rows after the columns.
+Work is handed out an item at a time, so the last item runs on one core alone: with 4 items per core that
+tail cost 1024^3 a tenth at 2 threads (0.91x numpy at mc 1024, 8 items; 1.03x at mc 512, 16 items; 1 thread
+0.95 / 0.96x, Zen 4, L2 1 MB). A row block more only reads B once more (a column block more would read all
+of A once more)."""
+MIN_SPLIT_ROWS = 256
+"""The least rows of a row block made for balance (BALANCED_ITEMS_PER_CORE): blocks of hundreds of rows keep
+each B sliver's reuse (and its packing) worth it."""
 MIN_COLUMN_SLIVERS = 2
 """Slivers of the narrowest column block made for more work items, before rows are split (which reads
 every sliver once more per row block)."""
@@ -112,6 +122,12 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) ->
     if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
         nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
                  _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
+    wanted = -(-BALANCED_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
+    column_blocks = -(-n // nc)
+    if row_blocks * column_blocks < wanted and m >= 2 * MIN_SPLIT_ROWS:   # tall: more row blocks, cheaply
+        rows_wanted = -(-wanted // column_blocks)
+        mc = min(mc, _even(m, _round_up(max(MIN_SPLIT_ROWS, -(-m // rows_wanted)), tile.mr), tile.mr))
+        row_blocks = -(-m // mc)
     wanted = -(-MIN_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
     if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
         mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
