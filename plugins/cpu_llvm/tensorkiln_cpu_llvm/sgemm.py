@@ -73,6 +73,7 @@ class GemmPlan:
     pack_b: bool = True    # False ("kn" only): full slivers are read from B in place, only a ragged last one is packed
     copy_slivers: bool = False   # (B in place) each kc x nr sliver is copied to the stack before its row tiles use it
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
+    pack_a: bool = False   # copy A once per call into row tiles Ap[M / mr, K, mr] (rows past M repeat the last)
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
@@ -81,6 +82,8 @@ class GemmPlan:
             raise ValueError(f"only a row-major B (b_layout 'kn') can be read in place, not {self.b_layout!r}")
         if self.batch < 1 or (self.batch > 1 and self.b_layout == "packed"):
             raise ValueError(f"batch={self.batch}: a batch is at least 1, of 'kn' or 'nk' B (a packed B is one weight)")
+        if self.pack_a and self.k == 0:
+            raise ValueError("pack_a needs K > 0: there is nothing of A to copy")
         if self.mc % self.tile.mr or self.nc % self.tile.nr or min(self.mc, self.nc, self.kc) <= 0:
             raise ValueError(f"mc={self.mc} must be a multiple of mr={self.tile.mr} and nc={self.nc} of "
                              f"nr={self.tile.nr}, kc={self.kc} positive")
@@ -102,6 +105,15 @@ class GemmPlan:
         return self.slivers if self.pack_b else int(self.ragged)
 
     @property
+    def row_tiles(self) -> int:
+        return -(-self.m // self.tile.mr)
+
+    @property
+    def packed_a_floats(self) -> int:
+        """Floats of one GEMM's packed A (row tiles of mr rows, each K x mr), 0 without pack_a."""
+        return self.row_tiles * self.k * self.tile.mr if self.pack_a else 0
+
+    @property
     def row_blocks(self) -> int:
         return -(-self.m // self.mc)
 
@@ -121,6 +133,7 @@ class GemmPlan:
     def symbol(self) -> str:
         t = self.tile
         mode = "" if self.pack_b else "_copied" if self.copy_slivers else "_direct"
+        mode += "_pa" if self.pack_a else ""
         batch = f"_g{self.batch}" if self.batch > 1 else ""
         return (f"tk_sgemm_{self.b_layout}{mode}{batch}_{self.m}x{self.n}x{self.k}"
                 f"_t{t.mr}x{t.nr}_b{self.mc}x{self.nc}x{self.kc}")
@@ -139,10 +152,11 @@ def _lane_mask(builder: ir.IRBuilder, lanes: int, first_column: int, columns: ir
     return builder.icmp_signed("<", ids, limit)
 
 
-def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
+def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool = False) -> ir.Function:
     """micro(A, lda, Bp, ldbp, C, ldc, kc, rows, columns, accumulate): C[rows, columns] (+)= A[rows, kc] @ Bp[kc, nr].
 
     mr x nr/lanes accumulators stay in registers over kc; Bp's rows are ldbp apart (nr in a packed sliver).
+    `a_packed`: A is a packed row tile, A[k * mr + r] (lda unused; its rows past `rows` are copies).
     """
     lanes, mr, vectors = tile.lanes, tile.mr, tile.vectors_per_row
     function = ir.Function(module, ir.FunctionType(
@@ -153,12 +167,15 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str) -> ir.Function:
     for argument in (a, bp, c):
         argument.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
-    # a tile with fewer rows reads its missing rows from the last valid one (never out of bounds)
-    last_row = builder.sub(rows, I64(1))
-    row_pointers = [builder.gep(a, [builder.mul(_minimum(builder, I64(r), last_row), lda)], inbounds=True)
-                    for r in range(mr)]
+    if a_packed:
+        row_pointers = [builder.gep(a, [I64(r)], inbounds=True) for r in range(mr)]
+    else:
+        # a tile with fewer rows reads its missing rows from the last valid one (never out of bounds)
+        last_row = builder.sub(rows, I64(1))
+        row_pointers = [builder.gep(a, [builder.mul(_minimum(builder, I64(r), last_row), lda)], inbounds=True)
+                        for r in range(mr)]
     zero = ir.Constant(_vector(lanes), None)
-    finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth)
+    finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1)
     accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(tile.nr)))
 
@@ -239,6 +256,29 @@ def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     return function
 
 
+def _define_pack_a(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
+    """pack_a(A, lda, out, t): out[k * mr + r] = A[min(t * mr + r, M - 1), k] for every k: row tile t of A,
+    its rows interleaved so the micro-kernel reads one contiguous stream (rows past M repeat the last)."""
+    mr = plan.tile.mr
+    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    a, lda, out, row_tile = function.args
+    for pointer in (a, out):
+        pointer.add_attribute("noalias")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    first = builder.mul(row_tile, I64(mr))
+    rows = [builder.gep(a, [builder.mul(_minimum(builder, builder.add(first, I64(r)), I64(plan.m - 1)), lda)],
+                        inbounds=True) for r in range(mr)]
+    with for_range(builder, I64(0), I64(plan.k), name="k") as k:
+        base = builder.mul(k, I64(mr))
+        for r, row in enumerate(rows):
+            value = builder.load(builder.gep(row, [k], inbounds=True), align=4)
+            builder.store(value, builder.gep(out, [builder.add(base, I64(r))], inbounds=True), align=4)
+    builder.ret_void()
+    return function
+
+
 def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
                  depth: ir.Value, column: ir.Value, columns: ir.Value, sliver: ir.Value, stride: ir.Value):
     """(sliver, stride) of a full kc x nr sliver of B copied into a stack buffer (kept otherwise): read in
@@ -259,13 +299,14 @@ def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Val
 
 
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
-    """item(A, lda, B, ldb, Bp, C, ldc, index, accumulate): the blocks of C of work item `index` over all of K."""
+    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate): the blocks of C of work item `index` over all
+    of K (A's row tiles read from Ap when plan.pack_a)."""
     tile = plan.tile
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, I64, I64, I32]), name)
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, b, ldb, bp, c, ldc, index, accumulate = function.args
+    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     # consecutive items share a column block: its Bp panel stays in the shared cache
     row_block = builder.urem(index, I64(plan.row_blocks))
@@ -303,31 +344,37 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
             with for_range(builder, tile_start, tile_stop, name="ir") as it:
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
-                a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
+                if plan.pack_a:
+                    a_tile = builder.gep(ap, [builder.mul(builder.add(builder.mul(it, I64(plan.k)), k_start),
+                                                          I64(tile.mr))], inbounds=True)
+                else:
+                    a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
                 c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
                 builder.call(micro, [a_tile, lda, sliver, sliver_stride, c_tile, ldc, depth, rows, columns, adds])
     builder.ret_void()
     return function
 
 
-_CLOSURE_FIELDS = ("A", "B", "Bp", "C", "lda", "ldb", "ldc", "accumulate", "sa", "sb", "sc",
+_CLOSURE_FIELDS = ("A", "B", "Bp", "Ap", "C", "lda", "ldb", "ldc", "accumulate", "sa", "sb", "sc",
                    "next_sliver", "next_item", "packed")
+_OPERAND_FIELDS = _CLOSURE_FIELDS[:12]   # the call's operands; then the shared counters
 
 
 def _closure_type() -> ir.LiteralStructType:
-    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I64,
+    return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I64,
                                  I64, I64, I32])
 
 
 def _batch_operands(builder: ir.IRBuilder, plan: GemmPlan, values: dict, g: ir.Value) -> dict:
-    """The A, B, Bp and C pointers of GEMM `g` of the batch (the values themselves without a batch)."""
+    """The A, B, Bp, Ap and C pointers of GEMM `g` of the batch (the values themselves without a batch)."""
     if plan.batch == 1:
         return values
     packed = I64(plan.packed_slivers * plan.k * plan.tile.nr)
     return dict(values, A=builder.gep(values["A"], [builder.mul(g, values["sa"])], inbounds=True),
                 B=builder.gep(values["B"], [builder.mul(g, values["sb"])], inbounds=True),
                 C=builder.gep(values["C"], [builder.mul(g, values["sc"])], inbounds=True),
-                Bp=builder.gep(values["Bp"], [builder.mul(g, packed)], inbounds=True))
+                Bp=builder.gep(values["Bp"], [builder.mul(g, packed)], inbounds=True),
+                Ap=builder.gep(values["Ap"], [builder.mul(g, I64(plan.packed_a_floats))], inbounds=True))
 
 
 def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
@@ -356,29 +403,50 @@ def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: st
 
 
 def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: ir.Function | None,
-                   name: str) -> ir.Function:
-    """worker(closure): take slivers to pack, wait until every sliver is packed, take work items (each
-    thread of the region runs it; one thread alone does all the work)."""
+                   pack_a: ir.Function | None, name: str) -> ir.Function:
+    """worker(closure): take slivers of B and row tiles of A to pack, wait until every one is packed, take
+    work items (each thread of the region runs it; one thread alone does all the work)."""
     function = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
     function.linkage = "internal"
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
-    values = {field: builder.load(_field(builder, closure, field)) for field in _CLOSURE_FIELDS[:11]}
-    if pack is not None and plan.pack_b:   # (B in place: the caller packed the ragged sliver, no barrier)
-        slivers = plan.batch * plan.packed_slivers   # numbered across the batch
-        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), slivers, "pack") as taken:
-            g, sliver = builder.udiv(taken, I64(plan.packed_slivers)), builder.urem(taken, I64(plan.packed_slivers))
-            operands = _batch_operands(builder, plan, values, g)
-            out = builder.gep(operands["Bp"], [builder.mul(sliver, I64(plan.k * plan.tile.nr))], inbounds=True)
-            builder.call(pack, [operands["B"], values["ldb"], out, sliver])
+    values = {field: builder.load(_field(builder, closure, field)) for field in _OPERAND_FIELDS}
+    # (B in place: the caller packed the ragged sliver, no barrier for B)
+    slivers = plan.batch * plan.packed_slivers if pack is not None and plan.pack_b else 0   # across the batch
+    a_tiles = plan.batch * plan.row_tiles if pack_a is not None else 0
+
+    def pack_sliver(taken):
+        g, sliver = builder.udiv(taken, I64(plan.packed_slivers)), builder.urem(taken, I64(plan.packed_slivers))
+        operands = _batch_operands(builder, plan, values, g)
+        out = builder.gep(operands["Bp"], [builder.mul(sliver, I64(plan.k * plan.tile.nr))], inbounds=True)
+        builder.call(pack, [operands["B"], values["ldb"], out, sliver])
+
+    def pack_a_tile(taken):
+        g, row_tile = builder.udiv(taken, I64(plan.row_tiles)), builder.urem(taken, I64(plan.row_tiles))
+        operands = _batch_operands(builder, plan, values, g)
+        out = builder.gep(operands["Ap"], [builder.mul(row_tile, I64(plan.k * plan.tile.mr))], inbounds=True)
+        builder.call(pack_a, [operands["A"], values["lda"], out, row_tile])
+
+    if slivers + a_tiles:
+        with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), slivers + a_tiles, "pack") as taken:
+            if slivers and a_tiles:
+                with builder.if_else(builder.icmp_signed("<", taken, I64(slivers))) as (of_b, of_a):
+                    with of_b:
+                        pack_sliver(taken)
+                    with of_a:
+                        pack_a_tile(builder.sub(taken, I64(slivers)))
+            elif slivers:
+                pack_sliver(taken)
+            else:
+                pack_a_tile(taken)
             count_done(builder, _field(builder, closure, "packed"))
-        wait_until_done(builder, _field(builder, closure, "packed"), slivers)
+        wait_until_done(builder, _field(builder, closure, "packed"), slivers + a_tiles)
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         g, local = builder.udiv(index, I64(plan.items_per_gemm)), builder.urem(index, I64(plan.items_per_gemm))
         operands = _batch_operands(builder, plan, values, g)
         builder.call(item, [operands["A"], values["lda"], operands["B"], values["ldb"], operands["Bp"],
-                            operands["C"], values["ldc"], local, values["accumulate"]])
+                            operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"]])
     builder.ret_void()
     return function
 
@@ -386,9 +454,10 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
 def sgemm_source(plan: GemmPlan) -> str:
     """LLVM IR text defining `plan.symbol` (see the module docstring)."""
     module = ir.Module(name=plan.symbol)
-    micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro")
+    micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro", plan.pack_a)
     pack = None if plan.packed_slivers == 0 else _define_pack(module, plan, f"{plan.symbol}.pack")
-    worker = _define_worker(module, plan, micro, pack, f"{plan.symbol}.worker")
+    pack_a = _define_pack_a(module, plan, f"{plan.symbol}.pack_a") if plan.pack_a else None
+    worker = _define_worker(module, plan, micro, pack, pack_a, f"{plan.symbol}.worker")
     # the strides of every dimension but the last of A, B (Bp: two) and C (the intrinsic convention)
     batched = int(plan.batch > 1)
     a_rank, b_rank, c_rank = 2 + batched, (3 if plan.b_layout == "packed" else 2) + batched, 2 + batched
@@ -401,13 +470,17 @@ def sgemm_source(plan: GemmPlan) -> str:
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     closure = alloca_in_entry(builder, _closure_type(), name="closure")
-    if pack is None:
-        packed = b
-    else:
-        nbytes = -(-plan.batch * plan.packed_slivers * plan.k * plan.tile.nr * 4 // ALIGNMENT) * ALIGNMENT
-        raw, release = reused_heap_block(builder, I64(nbytes), f"{plan.symbol}.Bp")
-        packed = builder.bitcast(raw, F32_PTR)
-    values = (a, b, packed, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0))
+    releases = []
+
+    def heap_floats(floats: int, label: str) -> ir.Value:
+        raw, release = reused_heap_block(builder, I64(-(-plan.batch * floats * 4 // ALIGNMENT) * ALIGNMENT),
+                                         f"{plan.symbol}.{label}")
+        releases.append(release)
+        return builder.bitcast(raw, F32_PTR)
+
+    packed = b if pack is None else heap_floats(plan.packed_slivers * plan.k * plan.tile.nr, "Bp")
+    packed_a = a if pack_a is None else heap_floats(plan.packed_a_floats, "Ap")
+    values = (a, b, packed, packed_a, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0))
     for field, value in zip(_CLOSURE_FIELDS, values):
         builder.store(value, _field(builder, closure, field))
     if pack is not None and not plan.pack_b:   # the ragged last sliver of each B
@@ -423,7 +496,7 @@ def sgemm_source(plan: GemmPlan) -> str:
     useful = max(1, min(plan.items, 2 * plan.batch * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
     run_parallel(builder, worker, closure, threads)
-    if pack is not None:
+    for release in releases:
         release()
     builder.ret_void()
     return str(module)

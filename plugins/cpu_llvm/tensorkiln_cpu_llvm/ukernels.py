@@ -74,8 +74,9 @@ def _masked(module: ir.Module, kind: str, lanes: int) -> ir.Function:
 
 
 def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, a_rows: list, b: ir.Value,
-                      ldb: ir.Value, depth: ir.Value) -> list:
-    """The register tile's k loop: acc[r, v] += splat(a_rows[r][k]) * B[k * ldb + v * lanes : +lanes] for k < depth.
+                      ldb: ir.Value, depth: ir.Value, a_step: int = 1) -> list:
+    """The register tile's k loop: acc[r, v] += splat(a_rows[r][k * a_step]) * B[k * ldb + v * lanes : +lanes]
+    for k < depth (`a_step` mr: A packed as [k][mr]).
 
     Emitted at the builder's block, which must end here; returns the mr x nr/lanes final
     accumulators (zeros when depth <= 0) with the builder after the loop.
@@ -97,7 +98,8 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     fma = _fma(module, lanes)
     updated = []
     for row in range(tile.mr):
-        a_value = _splat_load(builder, builder.gep(a_rows[row], [k], inbounds=True), lanes)
+        a_index = k if a_step == 1 else builder.mul(k, I64(a_step), flags=["nsw"])
+        a_value = _splat_load(builder, builder.gep(a_rows[row], [a_index], inbounds=True), lanes)
         for v in range(vectors):
             updated.append(builder.call(fma, [a_value, b_values[v], accumulators[row * vectors + v]]))
     k_next = builder.add(k, I64(1), flags=["nsw"])

@@ -50,7 +50,7 @@ def test_dense_bias_relu_runs_on_the_micro_kernel():
     strategy = _only(lib)
     assert (strategy["strategy"], strategy["key"]) == ("cpu_llvm.dense_ukernel", "nn.dense")
     assert strategy["ops"] == ["nn.dense", "nn.bias_add", "nn.relu"]
-    assert set(strategy["config"]) == {"tile", "mc", "kc", "nc", "pack_b"} and strategy["space_size"] > 1
+    assert set(strategy["config"]) == {"tile", "mc", "kc", "nc", "pack_b", "pack_a"} and strategy["space_size"] > 1
     np.testing.assert_allclose(lib(x=x, w=w), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
@@ -194,7 +194,7 @@ def _nhwc_conv_output():
 
 
 @pytest.mark.parametrize("target, accumulators, tile, pack, gemm_tile",
-                         [(HASWELL, 12, (6, 16), 16, "4x24"), (SKYLAKE, 24, (8, 32), 32, "8x32")],
+                         [(HASWELL, 12, (6, 16), 16, "4x24"), (SKYLAKE, 24, (8, 32), 32, "6x64")],
                          ids=["haswell", "skylake-avx512"])
 def test_knob_defaults_follow_the_cpu(target, accumulators, tile, pack, gemm_tile):
     conv = _implementation(target, "cpu_llvm.conv2d_nhwc")

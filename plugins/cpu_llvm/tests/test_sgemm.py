@@ -64,6 +64,12 @@ def _check(module, m, n, k, dense=False):
     (9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", False, {"pack_b": False, "kc": 512}),
     # packed B with a ragged last sliver
     (20, 16 * 19 + 5, 40, "llvm -mcpu=haswell", False, {"pack_b": True}),
+    # A packed into row tiles: a last tile of 1 row (its missing rows copies), K blocks, every B layout path
+    (53, 97, 300, "llvm -mcpu=haswell", False, {"pack_a": True, "kc": 64, "mc": 12, "nc": 32}),
+    (49, 130, 700, "llvm", False, {"pack_a": True, "pack_b": False}),
+    (131, 150, 270, "llvm", True, {"pack_a": True}),
+    (97, 200, 130, "llvm", False, {"pack_a": True, "tile": "6x64", "kc": 64}),
+    (1, 40, 29, "llvm", False, {"pack_a": True}),
 ])
 def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
     module, knobs = _build(m, n, k, target, dense, config)
@@ -87,6 +93,8 @@ def _build_batch(g, m, n, k, target_text, config=None):
     (3, 37, 45, 29, "llvm", None),
     (5, 131, 150, 270, "llvm -mcpu=haswell", {"kc": 64, "mc": 24, "nc": 32}),   # 2 threads share the batch
     (2, 9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", {"pack_b": False, "kc": 512}),   # slivers copied
+    (3, 37, 45, 290, "llvm", {"pack_a": True, "kc": 64}),                 # row tiles numbered across the batch
+    (3, 70, 100, 64, "llvm -mcpu=haswell", {"pack_a": True, "pack_b": True, "mc": 24}),
 ])
 def test_a_batch_of_gemms_is_one_call(g, m, n, k, target, config):
     """A batch of matmuls runs as one call whose work items span the batch, against numpy."""
@@ -116,6 +124,23 @@ def test_slivers_are_copied_when_their_rows_crowd_one_l1_set(n, kc, ways, copies
     assert plan.copy_slivers == copies and ("_copied_" in plan.symbol) == copies
 
 
+def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
+    """6x64 where two 512-bit FMA pipes need fewer loads per FMA (unless it pads N by more than a sixteenth),
+    8x32 on other AVX-512 cores; A packed when it is more than half of L2."""
+    caches = "-l1_cache=48K -l2_cache=2M -l3_cache=32M"
+    assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile == \
+        GemmTile(6, 64, 16)
+    assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=znver4 {caches}"), {}, "kn").tile == GemmTile(8, 32, 16)
+    assert gemm_plan(1024, 40, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile.nr == 32
+    assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=haswell {caches}"), {}, "kn").tile == GemmTile(4, 24, 8)
+    target = tk.target(f"llvm -mcpu=haswell {caches}")
+    assert gemm_plan(1024, 1024, 1024, target, {}, "kn").pack_a          # 4 MB of A
+    assert not gemm_plan(256, 1024, 256, target, {}, "kn").pack_a        # 256 KB: it stays in L2
+    with pytest.raises(ValueError, match="pack_a needs K > 0"):
+        GemmPlan(tile=GemmTile(4, 24, 8), m=16, n=64, k=0, mc=16, nc=48, kc=8, pack_a=True)
+    assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {}, "kn").symbol
+
+
 def test_a_plan_counts_its_work_and_refuses_blocks_off_the_tile():
     plan = GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=8, nc=16, kc=8)
     assert (plan.row_blocks, plan.column_blocks, plan.items, plan.slivers, plan.ragged) == (1, 2, 2, 2, True)
@@ -139,7 +164,7 @@ def test_blocking_follows_the_caches_and_target_options():
     plan = gemm_plan(1000, 1000, 1000, target, {}, "kn")
     assert plan.m - (plan.row_blocks - 1) * plan.mc > plan.mc // 2
     space = gemm_space(1000, 1000, 1000, target)
-    assert {knob.name for knob in space.knobs} == {"mc", "kc", "nc", "tile", "pack_b"}
+    assert {knob.name for knob in space.knobs} == {"mc", "kc", "nc", "tile", "pack_b", "pack_a"}
     assert parse_size("48K") == 49152 and parse_size("32768K") == 32 << 20 and parse_size("1M") == 1 << 20
 
 
@@ -184,13 +209,16 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
     blocks of hundreds) until each core has BALANCED_ITEMS_PER_CORE items; a short one keeps its rows whole."""
     from tensorkiln_cpu_llvm.strategies.gemm_blocking import BALANCED_ITEMS_PER_CORE, MIN_SPLIT_ROWS
 
-    for cores in (2, 4):
-        target = tk.target(f"llvm -mcpu=skylake-avx512 -l2_cache=1M -l3_cache=32M -num_threads={cores}")
-        tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
-        assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= MIN_SPLIT_ROWS
-        assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
-        short = gemm_plan(196, 1024, 256, target, {}, "kn")
-        assert short.row_blocks == 1
-    alone = gemm_plan(1024, 1024, 1024, tk.target("llvm -mcpu=skylake-avx512 -l2_cache=1M -l3_cache=32M -num_threads=1"),
-                     {}, "kn")
-    assert alone.row_blocks == 1 and alone.column_blocks == 1      # one thread: blocks follow the caches alone
+    caches = "-l1_cache=32K -l2_cache=1M -l3_cache=32M"
+    for cpu in ("skylake-avx512", "znver4"):   # the 6x64 and the 8x32 register tile
+        for cores in (2, 4):
+            target = tk.target(f"llvm -mcpu={cpu} {caches} -num_threads={cores}")
+            tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
+            assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= MIN_SPLIT_ROWS
+            assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
+            short = gemm_plan(196, 1024, 256, target, {}, "kn")
+            assert short.row_blocks == 1
+        # one thread: blocks follow the caches alone (an mc x kc block of A in half of L2, all columns)
+        alone = gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu={cpu} {caches} -num_threads=1"), {}, "kn")
+        assert alone.column_blocks == 1 and alone.mc * alone.kc * 4 <= (1 << 20) // 2
+        assert alone.items < BALANCED_ITEMS_PER_CORE

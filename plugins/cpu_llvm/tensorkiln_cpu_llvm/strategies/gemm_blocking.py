@@ -6,12 +6,14 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 
 - tile "MRxNR": the register tile. MR x NR/lanes accumulators plus NR/lanes B vectors
   and one broadcast must fit the vector registers: 4x24 on AVX2 (12 of 16 ymm), 8x32
-  on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate); up to two rows fewer when
+  on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate), 6x64 (24 zmm) where two 512-bit
+  FMA pipes need fewer loads per FMA (host.CpuFacts.fma512_pipes); up to two rows fewer when
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
 - kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (copying each sliver to the stack where its rows crowd an L1 set);
+- pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
   the items of every GEMM of a batch, which share one parallel region); then the rows of a tall
@@ -70,29 +72,36 @@ def _even(extent: int, block: int, step: int) -> int:
     return min(block, _round_up(-(-extent // parts), step))
 
 
-def register_tiles(target, m: int | None = None) -> tuple[str, ...]:
+def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[str, ...]:
     """Candidate register tiles, the analytic default first (M rows high when M is below its rows)."""
     facts = cpu_facts(target)
     lanes = facts.lanes(32)
     if facts.vector_registers >= 32:
         tiles = (f"8x{2 * lanes}", f"14x{2 * lanes}", f"6x{4 * lanes}", f"4x{4 * lanes}")
+        if facts.fma512_pipes >= 2 and (n is None or _round_up(n, 4 * lanes) - n <= n // 16):
+            # two FMA pipes need twice the operands per cycle: 6x64 loads 10 vectors per 24 FMAs (8x32: 10
+            # per 16) and each row tile of A is read by half as many slivers. Measured, 1 core, Sapphire
+            # Rapids (KVM), A packed, against 8x32: 1024^3 0.80 -> 0.90x numpy, 960^3 0.87 -> 0.96x,
+            # 1000^3 0.81 -> 0.93x, 3072x768x768 0.86 -> 0.94x, 196x256x2304 1.05 -> 1.18x (N padded to
+            # 64 by at most a sixteenth)
+            tiles = (tiles[2], tiles[0], tiles[1], tiles[3])
     else:
         # 4x24 first: 7 loads per 12 FMAs (6x16: 8), and 4 rows pad M less. Measured 1 core, AVX2, each
         # tile on the same blocks, against 6x16: 64x4096x1024 0.84 -> 0.95x numpy, 1000^3 0.97 -> 1.02x,
         # 3072x768x768 1.00 -> 1.04x, the other sweep shapes even or up to 0.02x better
         tiles = (f"4x{3 * lanes}", f"6x{2 * lanes}", f"4x{2 * lanes}")
-    default_rows = int(tiles[0].split("x")[0])
+    default_rows, default_columns = (int(x) for x in tiles[0].split("x"))
     if m is None:
         return tiles
     if m < default_rows:
-        return (f"{m}x{2 * lanes}", *tiles)
+        return (f"{m}x{default_columns}", *tiles)
     # padded rows, weighed by the per-row share of B loads a shorter tile pays (M = 49: 7 rows, not 8
     # with a 1-row last tile; M = 1024 on AVX2 keeps 6 rows and pads 2, not 4 rows with 8 accumulators)
     rows = min(range(max(MIN_TILE_ROWS, default_rows - 2), default_rows + 1),
                key=lambda r: (-(-m // r) * r * (1 + 0.5 / r), -r))
     if rows == default_rows:
         return tiles
-    return (f"{rows}x{2 * lanes}", *tiles)
+    return (f"{rows}x{default_columns}", *tiles)
 
 
 def parse_tile(name: str, target) -> GemmTile:
@@ -112,7 +121,13 @@ def _cores(target) -> int:
 
 def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) -> dict[str, int]:
     caches = cache_sizes(target)
-    kc = _even(k, min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16)), 8)
+    if tile.nr >= 4 * tile.lanes:
+        # a sliver four vectors wide: 2/3 of L1 per 32 columns (256 rows at 48 KB), which streams through L1
+        # from L2 beside the row tile. Measured, 1024^3, 6x64, 1 core: kc 128 / 192 / 256 / 384 0.90 /
+        # 0.93 / 0.98 / 0.99x numpy (1000^3: 0.96 / 0.95 / 0.95 / 0.96x)
+        kc = _even(k, min(512, max(64, caches.l1d * 2 // 3 // (2 * tile.lanes * 4) // 16 * 16)), 8)
+    else:
+        kc = _even(k, min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16)), 8)
     mc = _even(m, max(tile.mr, caches.l2 // 2 // (kc * 4)), tile.mr)
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
@@ -128,6 +143,9 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) ->
         rows_wanted = -(-wanted // column_blocks)
         mc = min(mc, _even(m, _round_up(max(MIN_SPLIT_ROWS, -(-m // rows_wanted)), tile.mr), tile.mr))
         row_blocks = -(-m // mc)
+        if row_blocks * column_blocks < wanted:   # rows at their floor: the rest from the columns
+            nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
+                     _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
     wanted = -(-MIN_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
     if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
         mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
@@ -136,7 +154,7 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) ->
 
 def gemm_space(m: int, n: int, k: int, target, batch: int = 1) -> TuningSpace:
     """Knobs tile, mc, kc, nc of one GEMM, or of each of a batch of them (see the module docstring)."""
-    tiles = register_tiles(target, m)
+    tiles = register_tiles(target, m, n)
     tile = parse_tile(tiles[0], target)
     default = _defaults(m, n, k, tile, target, batch)
     mcs = {c for c in (2 * tile.mr, 8 * tile.mr, 16 * tile.mr, 32 * tile.mr, 64 * tile.mr)
@@ -147,7 +165,8 @@ def gemm_space(m: int, n: int, k: int, target, batch: int = 1) -> TuningSpace:
                         Knob("kc", tuple(sorted(kcs | {default["kc"]})), default["kc"]),
                         Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
                         Knob("tile", tiles, tiles[0]),
-                        Knob("pack_b", (True, False), _packs_b(m, default["mc"]))))
+                        Knob("pack_b", (True, False), _packs_b(m, default["mc"])),
+                        Knob("pack_a", (True, False), _packs_a(m, k, target))))
 
 
 PACK_ABOVE_ROWS = 64
@@ -165,16 +184,29 @@ def _packs_b(m: int, mc: int) -> bool:
     return m > PACK_ABOVE_ROWS and -(-m // mc) > 1
 
 
+def _packs_a(m: int, k: int, target) -> bool:
+    """Pack A into row tiles (one extra pass over A, sgemm.py) when A is more than half of L2. An A that stays
+    in L2 is read from there by every sliver wherever its rows lie; a larger one comes from L3 a row tile at a
+    time, mr rows a page or more apart each (TLB misses, no streaming prefetch), and packed it is one stream.
+    Measured, 1 core, packed against in place: Sapphire Rapids (KVM, L2 2 MB) AVX-512 1024^3 0.59 -> 0.80x
+    numpy (8x32) and 0.73 -> 0.90x (6x64), 1024x1000x2048 0.57 -> 0.80x, 196x256x2304 0.93 -> 1.05x; AVX2
+    1024^3 0.77 -> 0.82x, 1000^3 0.86 -> 0.91x; smaller A lose: AVX2 256^3 0.96 -> 0.90x, 96x96x1024 1.00 ->
+    0.94x."""
+    return m * k * 4 > cache_sizes(target).l2 // 2
+
+
 def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1) -> GemmPlan:
     """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile)."""
-    tile = parse_tile(config.get("tile") or register_tiles(target, m)[0], target)
+    tile = parse_tile(config.get("tile") or register_tiles(target, m, n)[0], target)
     default = _defaults(m, n, k, tile, target, batch)
     mc = _round_up(int(config.get("mc", default["mc"])), tile.mr)
     nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
     pack_b = bool(config.get("pack_b", _packs_b(m, mc))) or b_layout != "kn"
     kc = int(config.get("kc", default["kc"]))
+    pack_a = bool(config.get("pack_a", _packs_a(m, k, target))) and k > 0
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
-                    copy_slivers=not pack_b and copies_slivers(n, kc, tile, cache_sizes(target)), batch=batch)
+                    copy_slivers=not pack_b and copies_slivers(n, kc, tile, cache_sizes(target)), batch=batch,
+                    pack_a=pack_a)
 
 
 def copies_slivers(n: int, kc: int, tile: GemmTile, caches) -> bool:
