@@ -22,7 +22,9 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
           for ir in mc / mr:
             micro-kernel: C[ir:+mr, jr:+nr] (+)= A[ir:+mr, pc:+kc] @ Bp[jr / nr, pc:+kc, :]
 
-A is read where it is (rows `lda` apart). A B read in place (`pack_b` False: few rows reuse each
+A is read where it is (rows `lda` apart), or, with `pack_a`, copied once per call into row tiles
+Ap[M / mr, K, mr] in the same parallel packing phase as B (a row tile then is one stream, not mr
+rows a page or more apart). A B read in place (`pack_b` False: few rows reuse each
 sliver) whose rows crowd one L1 set has each kc x nr sliver copied to the stack first (`copy_slivers`). Edge tiles cost almost nothing: a tile with
 fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane

@@ -6,7 +6,7 @@
   caches, a register tile from its vector registers, B packed into nr-wide slivers (or read
   in place for few rows), edge tiles masked, work items taken dynamically by the threads.
   The call reads A and B where they are; the group's epilogue (bias, relu, residual add)
-  then runs over C, vectorized and parallel. Knobs: mc, kc, nc, tile, pack_b.
+  then runs over C, vectorized and parallel. Knobs: mc, kc, nc, tile, pack_b, pack_a.
 - nn.conv2d NHWC / HWIO with stride 1 and one group, any kernel size, padding and
   dilation, without im2col: the register tile is mr output positions of one row x nr
   output channels, and for each kernel tap (ry, rx) the micro-kernel multiplies the
