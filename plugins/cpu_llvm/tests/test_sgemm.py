@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tensorkiln as tk
 from tensorkiln import graph, te
@@ -75,6 +77,18 @@ def _check(module, m, n, k, dense=False):
 ])
 def test_gemm_matches_numpy_at_awkward_shapes(m, n, k, target, dense, config):
     module, knobs = _build(m, n, k, target, dense, config)
+    _check(module, m, n, k, dense)
+
+
+@settings(max_examples=10, deadline=None)
+@given(m=st.integers(4, 150), n=st.integers(16, 200), k=st.integers(1, 300), dense=st.booleans(), data=st.data())
+def test_random_gemms_with_random_knobs_match_numpy(m, n, k, dense, data):
+    """Any shape, with every knob drawn from its candidates (register tile, blocks, packing of A and B),
+    against numpy at 1 and 2 threads, for the host's ISA or AVX2."""
+    target = data.draw(st.sampled_from(["llvm", "llvm -mcpu=haswell"]), label="target")
+    space = gemm_space(m, n, k, tk.target(target))
+    config = {knob.name: data.draw(st.sampled_from(knob.candidates), label=knob.name) for knob in space.knobs}
+    module, _ = _build(m, n, k, target, dense, config)
     _check(module, m, n, k, dense)
 
 
@@ -224,3 +238,24 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
         alone = gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu={cpu} {caches} -num_threads=1"), {}, "kn")
         assert alone.column_blocks == 1 and alone.mc * alone.kc * 4 <= (1 << 20) // 2
         assert alone.items < BALANCED_ITEMS_PER_CORE
+
+
+def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
+    """tk.compile of dense + bias + relu with A (600 x 1024 floats, 2.4 MB) beyond half of a 1 MB L2: the
+    strategy's default packs A, and the whole group matches numpy at 1 and 2 threads."""
+    x = RNG.standard_normal((600, 1024), dtype=np.float32)
+    w = RNG.standard_normal((200, 1024), dtype=np.float32)
+    bias = RNG.standard_normal(200, dtype=np.float32)
+    dense = graph.nn.dense(graph.var("x", shape=(600, 1024)), graph.const(w))
+    lib = tk.compile(graph.nn.relu(graph.nn.bias_add(dense, graph.const(bias))), "llvm -l2_cache=1M")
+    # (the constant weight is transposed at compile time: the group runs as a matmul)
+    (strategy,) = [s for s in lib.summary()["strategies"].values()
+                   if s["strategy"] in ("cpu_llvm.dense_ukernel", "cpu_llvm.matmul_ukernel")]
+    assert strategy["config"]["pack_a"] is True
+    for threads in (1, 2):
+        tk.runtime.set_num_threads(threads)
+        try:
+            got = lib.run({"x": x})[0]
+        finally:
+            tk.runtime.set_num_threads(0)
+        np.testing.assert_allclose(got, np.maximum(x @ w.T + bias, 0), rtol=1e-4, atol=1e-3)
