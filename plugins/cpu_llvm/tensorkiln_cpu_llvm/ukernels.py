@@ -97,8 +97,8 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
                 for v in range(vectors)]
     fma = _fma(module, lanes)
     updated = []
+    a_index = k if a_step == 1 else builder.mul(k, I64(a_step), flags=["nsw"])
     for row in range(tile.mr):
-        a_index = k if a_step == 1 else builder.mul(k, I64(a_step), flags=["nsw"])
         a_value = _splat_load(builder, builder.gep(a_rows[row], [a_index], inbounds=True), lanes)
         for v in range(vectors):
             updated.append(builder.call(fma, [a_value, b_values[v], accumulators[row * vectors + v]]))

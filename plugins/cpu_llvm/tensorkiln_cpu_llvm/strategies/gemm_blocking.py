@@ -9,7 +9,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate), 6x64 (24 zmm) where two 512-bit
   FMA pipes need fewer loads per FMA (host.CpuFacts.fma512_pipes); up to two rows fewer when
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
-- kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile);
+- kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile); a sliver four
+  vectors wide takes 2/3 of L1 per 32 columns instead (measured: it streams from L2 beside the row tile);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (copying each sliver to the stack where its rows crowd an L1 set);
@@ -93,8 +94,9 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
     default_rows, default_columns = (int(x) for x in tiles[0].split("x"))
     if m is None:
         return tiles
-    if m < default_rows:
-        return (f"{m}x{default_columns}", *tiles)
+    if m < default_rows:   # M rows, two vectors wide (four under the 6x64 default)
+        columns = default_columns if default_columns == 4 * lanes else 2 * lanes
+        return (f"{m}x{columns}", *tiles)
     # padded rows, weighed by the per-row share of B loads a shorter tile pays (M = 49: 7 rows, not 8
     # with a 1-row last tile; M = 1024 on AVX2 keeps 6 rows and pads 2, not 4 rows with 8 accumulators)
     rows = min(range(max(MIN_TILE_ROWS, default_rows - 2), default_rows + 1),
