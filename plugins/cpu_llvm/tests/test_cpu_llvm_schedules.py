@@ -221,7 +221,10 @@ def test_conv2d_with_a_blocked_weight_layout_matches_the_reference(data_layout, 
 
 NHWC_TILE_CONFIGS = [dict(max_accumulators=28, max_tile_width=14, tile_rows=2),
                      dict(max_accumulators=28, max_tile_width=16, tile_rows=1),
-                     dict(max_accumulators=8, max_tile_width=4, tile_rows=2)]
+                     dict(max_accumulators=8, max_tile_width=4, tile_rows=2),
+                     dict(tile_rows=1, loop_order="rows"),
+                     dict(tile_rows=1, loop_order="channels"),
+                     dict(max_accumulators=8, max_tile_width=7, tile_rows=1, loop_order="rows")]
 
 
 @pytest.mark.parametrize("config", NHWC_TILE_CONFIGS, ids=str)
@@ -240,6 +243,29 @@ def test_nhwc_tile_knobs_keep_the_conv_result(config, data_shape, weight_shape, 
     (got,) = run_schedule(schedule_for([out], LLVM, config={"max_accumulators": 24, "max_tile_width": 14, **config}),
                           inputs, [out], arrays, "llvm")
     np.testing.assert_allclose(got, _to_layout(expected, "NCHW", "NHWC") + residual, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("kernel, channels, outputs, options, order", [
+    (1, 64, 256, "-l2_cache=2M", "rows"),           # 64 KB of weights in a 2 MB L2
+    (1, 1024, 256, "-l2_cache=2M", "rows"),         # 1 MB: half of it
+    (1, 1024, 512, "-l2_cache=2M", "channels"),     # 2 MB
+    (3, 512, 512, "-l2_cache=2M", "channels"),      # 9 MB (resnet50's last 3x3)
+    (1, 64, 256, "-l2_cache=64K", "channels"),      # the same 64 KB past half of a 64 KB L2
+    (3, 64, 64, "-l2_cache=512K", "rows"),          # 144 KB within 256 KB
+])
+def test_nhwc_loop_order_puts_rows_outermost_when_the_weights_fit_in_half_of_l2(kernel, channels, outputs,
+                                                                                 options, order):
+    """anchors.nhwc_loop_order against the weight bytes (kernel x kernel x channels x outputs x 4) and half
+    of the L2 the target declares (-l2_cache)."""
+    from tensorkiln_cpu_llvm.strategies.anchors import nhwc_loop_order
+
+    x = te.placeholder((1, 8, 8, channels), "float32", name="x")
+    w = te.placeholder((kernel, kernel, channels, outputs), "float32", name="w")
+    attrs = Conv2DAttrs(data_layout="NHWC", kernel_layout="HWIO")
+    out_type = TensorType(get_op("nn.conv2d").type_rule((TensorType(x.shape, "float32"), TensorType(w.shape, "float32")),
+                                                       attrs).shape, "float32")
+    conv = get_op("nn.conv2d").compute([x, w], attrs, out_type)
+    assert nhwc_loop_order(conv, tk.target(f"cpu_llvm {options}")) == order
 
 
 @pytest.mark.parametrize("channels, stride, rows, ways, widest", [

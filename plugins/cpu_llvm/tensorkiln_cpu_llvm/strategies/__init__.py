@@ -15,7 +15,7 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.dense_split         nn.dense, one row              split, split_rows
     cpu_llvm.dense_packed        nn.dense, several rows         pack, row_block
     cpu_llvm.dense               tags dense, batch_matmul       row_block
-    cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width, tile_rows
+    cpu_llvm.conv2d_nhwc         tag conv2d_nhwc                max_accumulators, max_tile_width, tile_rows, loop_order
     cpu_llvm.conv2d_winograd     nn.conv2d_winograd             rows (the batched GEMM's register tile, winograd.py)
     cpu_llvm.conv2d_nchw         NCHW conv tags                 channel_block, width_vectors
     cpu_llvm.conv2d_nchwc        tag conv2d_NCHWc               reg_n, unroll_kw (TVM's conv2d_NCHWc, conv_nchwc.py)
@@ -30,7 +30,7 @@ from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
 from . import concat, conv_nchwc, depthwise, int8, ukernel, winograd
-from .anchors import ANCHOR_SCHEDULES, nhwc_tile
+from .anchors import ANCHOR_SCHEDULES, LOOP_ORDERS, nhwc_loop_order, nhwc_tile
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
 __all__ = ["cpu_strategies", "ANCHOR_SCHEDULES", "conv_nhwc_tile"]
@@ -69,9 +69,12 @@ def _conv_nhwc_space(workload, target) -> TuningSpace:
     # up to all registers but four: two weight vectors, the broadcast input and one spare (28 of 32)
     most = cpu_facts(target).vector_registers - 4
     candidates = [a for a in (4, 8, 12, 16, 24, 28) if a <= most]
+    # which loop is outermost (anchors.nhwc_loop_order); the anchor is known when the group is lowered
+    order = nhwc_loop_order(workload.anchor, target) if workload.anchor is not None else LOOP_ORDERS[0]
     return TuningSpace((Knob("max_accumulators", _with_default(candidates, accumulators), accumulators),
                         Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH),
-                        Knob("tile_rows", (1, 2), 1)))
+                        Knob("tile_rows", (1, 2), 1),
+                        Knob("loop_order", LOOP_ORDERS, order)))
 
 
 def conv_nhwc_tile(out_width: int, out_channels: int, in_channels: int, target) -> tuple[int, int]:

@@ -41,7 +41,7 @@ from tensorkiln.sdk.schedules.common import PARALLEL_MIN_WORK
 from ..host import cache_sizes
 from .winograd import apply_conv2d_winograd
 
-__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "nhwc_tile", "packed_block", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
+__all__ = ["apply_conv2d", "apply_conv2d_nhwc", "nhwc_tile", "packed_block", "nhwc_loop_order", "LOOP_ORDERS", "apply_dense", "apply_pool", "apply_softmax", "apply_norm",
            "apply_reduce", "accumulator"]
 
 UNROLL_KERNEL_MAX = 3
@@ -204,6 +204,31 @@ def packed_block(anchor: te.Tensor) -> int | None:
     return factor if axis == "o" else None   # the block is read as one vector only when it is innermost
 
 
+LOOP_ORDERS = ("channels", "rows")
+"""The outer loops of the NHWC conv: "channels" sweeps every output row for one channel block before
+the next (the block's weights stay in L1, the input is read once per block), "rows" computes every
+channel block of one output row before the next (the row's input stays in L1, every weight is read
+once per row, and the output and a fused residual are written and read row by row, contiguously)."""
+
+
+def nhwc_loop_order(anchor: te.Tensor, target) -> str:
+    """The analytic default of the NHWC conv's `loop_order` knob: "rows" when all the conv's weights
+    fit in half of L2, so they stay there from one output row to the next; else "channels".
+
+    With the channel blocks outermost, each block writes its 128 bytes of every output position
+    (and reads as much of a fused residual) at a stride of the whole channel count: none of it
+    contiguous, and the streaming prefetchers fetch lines no pass wants yet. Measured on resnet50's
+    NHWC convs, one core of a two-FMA-pipe AVX-512 Xeon (L2 2 MB), rows against channels: weights
+    of 16 KB-1 MB 0.80-0.92x (56x56x64 -> 256 with the residual 0.81x, 14x14x256 -> 1024 0.88x,
+    14x14x1024 -> 256 1.01x), of 2 MB and more 1.13-1.56x (7x7x512 -> 2048 1.38x).
+    """
+    weight_elements = 1
+    for axis in anchor.op.reduce_axis:
+        weight_elements *= extent_of(axis)
+    weight_bytes = weight_elements * int(anchor.shape[-1]) * dtype_of(anchor.dtype).bytes
+    return "rows" if weight_bytes <= cache_sizes(target).l2 // 2 else "channels"
+
+
 DEPTHWISE_BAND_ROWS = 4
 """Output rows of an NHWC depthwise conv per parallel step (at most; a divisor of the rows)."""
 
@@ -212,7 +237,7 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
     """NHWC conv: register tiles of (output positions x output-channel vectors), epilogue on the tile.
 
         for batch: parallel for (channel block, row):       <- the weight block stays in cache
-          for width block:
+          for width block:                                  ("rows" loop_order: (row, channel block))
             acc[positions][channels] = 0                         (local: registers)
             for ry, rx, rc:                                      reduction outside the tile
               for position (unrolled): acc[position][:] += data[.., rc] (broadcast) * w[ry, rx, rc, :]
@@ -220,7 +245,8 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
 
     The padded input is materialized first (its rows then need no bounds checks). With the
     `tile_rows` knob at 2, a tile spans two output rows (sharing the accumulators): a 7-wide output
-    then fills 28 accumulators (2 x 7 positions x 2 vectors) where one row filled 14.
+    then fills 28 accumulators (2 x 7 positions x 2 vectors) where one row filled 14. The
+    `loop_order` knob (one row per tile only) puts the rows outermost (`nhwc_loop_order` says when).
     """
     groups = (anchor.op.attrs or {}).get("groups", 1)
     depthwise = groups > 1 and groups == int(output.shape[3])
@@ -260,7 +286,8 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
         width_outer, width_inner = out.split(column, factor=width_block)
         if rows > 1:
             row, row_inner = out.split(row, factor=rows)
-            out.reorder(batch, channel_outer, row, width_outer, row_inner, width_inner, channel_inner)
+            outer = (channel_outer, row)
+            out.reorder(batch, *outer, width_outer, row_inner, width_inner, channel_inner)
         elif depthwise and pads and tuple((anchor.op.attrs or {}).get("strides", (1, 1)))[0] == 1:
             # a band of rows per parallel step: its padded input (band + kernel - 1 rows) is built once
             # for all of them, where one row per step padded 3 input rows for each (3x3 stride 1).
@@ -268,10 +295,13 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
             # 112x112x32 AVX-512 107 -> 90; with row stride 2 it was slower (56x56x64: 22 -> 24-34)
             band = divisor_at_most(int(output.shape[1]), DEPTHWISE_BAND_ROWS)
             row, row_inner = out.split(row, factor=band)
-            out.reorder(batch, channel_outer, row, row_inner, width_outer, width_inner, channel_inner)
+            outer = (channel_outer, row)
+            out.reorder(batch, *outer, row_inner, width_outer, width_inner, channel_inner)
         else:
-            out.reorder(batch, channel_outer, row, width_outer, width_inner, channel_inner)
-        parallel = out.fuse(channel_outer, row)
+            rows_first = not depthwise and config.get("loop_order", nhwc_loop_order(anchor, target)) == "rows"
+            outer = (row, channel_outer) if rows_first else (channel_outer, row)
+            out.reorder(batch, *outer, width_outer, width_inner, channel_inner)
+        parallel = out.fuse(*outer)
     # Only two loops are fused into the parallel one, and batch stays serial: a third would be
     # recovered through (fused // a) % b, which bound inference relaxes to the whole axis.
     _parallel(out, parallel, target)
