@@ -30,6 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorkiln as tk  # noqa: E402
 from models import light_model  # noqa: E402
+from ort_baseline import ort_session  # noqa: E402
 from tensorkiln.runtime.profiler import profile  # noqa: E402
 
 ConvKey = tuple   # (input size, input channels, output size, output channels, kernel size)
@@ -63,15 +64,7 @@ def _kernel_size(weight: tuple, in_channels: int) -> int:
 
 def onnxruntime_convs(model, inputs, threads: int, repeat: int) -> tuple[dict, dict]:
     """The same from onnxruntime's profile (median of each node over `repeat` runs)."""
-    import onnxruntime as ort
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.add_session_config_entry("session.force_spinning_stop", "1")   # ort_baseline.py says why
-    options.enable_profiling = True
-    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    session = ort_session(model, threads, profiling=True)
     warmup = 2
     for _ in range(warmup + repeat):
         session.run(None, inputs)

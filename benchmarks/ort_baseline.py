@@ -14,9 +14,10 @@ from __future__ import annotations
 __all__ = ["ort_session"]
 
 
-def ort_session(model, threads: int):
+def ort_session(model, threads: int, profiling: bool = False):
     """An onnxruntime CPU session of `model` (ModelProto or serialized bytes) with `threads` intra-op
-    threads, one inter-op thread, all graph optimisations, and no spinning between runs."""
+    threads, one inter-op thread, all graph optimisations, and no spinning between runs; `profiling`
+    records every node's time (`session.end_profiling()` writes the JSON trace)."""
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
@@ -24,5 +25,6 @@ def ort_session(model, threads: int):
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.add_session_config_entry("session.force_spinning_stop", "1")
+    options.enable_profiling = profiling
     data = model if isinstance(model, bytes) else model.SerializeToString()
     return ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])

@@ -298,7 +298,7 @@ def apply_conv2d_nhwc(s: te.Schedule, anchor: te.Tensor, output: te.Tensor, targ
             outer = (channel_outer, row)
             out.reorder(batch, *outer, row_inner, width_outer, width_inner, channel_inner)
         else:
-            rows_first = not depthwise and config.get("loop_order", nhwc_loop_order(anchor, target)) == "rows"
+            rows_first = not depthwise and (config.get("loop_order") or nhwc_loop_order(anchor, target)) == "rows"
             outer = (row, channel_outer) if rows_first else (channel_outer, row)
             out.reorder(batch, *outer, width_outer, width_inner, channel_inner)
         parallel = out.fuse(*outer)
