@@ -125,17 +125,22 @@ def _linear_terms(x) -> tuple[dict, int]:
     return result
 
 
+_WRAPPING: dict[str, tuple[int, int] | None] = {}   # dtype -> (modulus, half a signed one's modulus); None: bool
+
+
 def wrap_int(dtype: str, value: int) -> int:
     """`value` wrapped into an integer dtype's range (two's complement), as C and numpy do:
     wrap_int("int8", 128) == -128, wrap_int("uint8", -1) == 255."""
-    d = dtype_of(dtype)
-    if d.is_bool:
+    try:
+        wrapping = _WRAPPING[dtype]
+    except KeyError:   # the simplifier wraps every coefficient it writes: the dtype is parsed once
+        d = dtype_of(dtype)
+        wrapping = None if d.is_bool else (1 << d.bits, (1 << d.bits) >> 1 if d.is_signed else 0)
+        _WRAPPING[dtype] = wrapping
+    if wrapping is None:
         return int(bool(value))
-    value, modulus = int(value), 1 << d.bits
-    if d.is_signed:
-        half = modulus >> 1
-        return (value + half) % modulus - half
-    return value % modulus
+    modulus, half = wrapping
+    return (int(value) + half) % modulus - half
 
 
 def _fits(dtype: str, value: int) -> bool:
@@ -403,10 +408,54 @@ def _linear_rewrite(e):
         return cached
     terms, const = linear_form(e)
     _merge_div_mod(terms)
-    rebuilt = _build_linear(list(terms.values()), const, e.dtype)
-    result = rebuilt if expr_key(rebuilt) != expr_key(e) else None
+    ordered = list(terms.values())
+    if _is_built_linear(e, ordered, const, e.dtype):
+        result = None
+    else:
+        rebuilt = _build_linear(ordered, const, e.dtype)
+        result = rebuilt if expr_key(rebuilt) != expr_key(e) else None
     object.__setattr__(e, "_linear_rewrite", result)
     return result
+
+
+def _is_built_linear(e, terms, const: int, dtype: str) -> bool:
+    """Whether `e` already is what `_build_linear(terms, const, dtype)` would build (equal expr_keys),
+    checked along e's chain without building it: three in four index expressions the simplifier
+    meets are, and building each one again to compare keys was a third of its time. False may also
+    mean "not sure": the caller then builds and compares."""
+    spelled = []   # (negate, atom, magnitude) of each term, as _build_linear spells them
+    for atom, coeff in terms:
+        if wrap_int(dtype, coeff) == 0:
+            continue
+        negate, magnitude = _signed_form(dtype, coeff) if spelled else (False, wrap_int(dtype, coeff))
+        spelled.append((negate, atom, magnitude))
+    constant = wrap_int(dtype, const)
+    if not spelled:
+        return False
+    node = e
+    if constant != 0:
+        negate, magnitude = _signed_form(dtype, const)
+        if type(node) is not (n.Sub if negate else n.Add) or not _is_imm(node.b, dtype, magnitude):
+            return False
+        node = node.a
+    for negate, atom, magnitude in reversed(spelled[1:]):
+        if type(node) is not (n.Sub if negate else n.Add) or not _is_term(node.b, atom, magnitude, dtype):
+            return False
+        node = node.a
+    return _is_term(node, spelled[0][1], spelled[0][2], dtype)
+
+
+def _is_imm(x, dtype: str, value: int) -> bool:
+    return type(x) is n.IntImm and x.dtype == dtype and x.value == value
+
+
+def _is_term(x, atom, magnitude: int, dtype: str) -> bool:
+    """Whether `x` is `atom` (magnitude 1) or `atom * magnitude`, as _build_linear writes a term."""
+    if magnitude != 1:
+        if type(x) is not n.Mul or not _is_imm(x.b, dtype, magnitude):
+            return False
+        x = x.a
+    return x is atom or expr_key(x) == expr_key(atom)
 
 
 def _simplify_int(e, bounds):

@@ -33,6 +33,39 @@ def _is_node(value) -> bool:
     return isinstance(value, (n.PrimExpr, n.Stmt))
 
 
+_SCALAR_ANNOTATIONS = frozenset({"str", "int", "float", "bool", "str | None", "int | None", "ForKind",
+                                 "tuple[str, ...]", "tuple[tuple[str, object], ...]"})
+_WALKED: dict[type, tuple[str, ...]] = {}
+_REBUILD: dict[type, tuple[str, ...] | None] = {}
+
+
+def _walked_fields(cls: type) -> tuple[str, ...]:
+    """The child fields of `cls` that a walk must look into: those whose declared type can hold a node.
+
+    A name, a dtype string or a lane count never holds one; skipping them halves the isinstance
+    tests of rewrite and post_order_visit, which every loop pass runs on every node."""
+    names = _WALKED.get(cls)
+    if names is None:
+        declared = {f.name: f.type for f in dataclasses.fields(cls)} if dataclasses.is_dataclass(cls) else {}
+        names = tuple(name for name in child_fields(cls) if declared.get(name) not in _SCALAR_ANNOTATIONS)
+        _WALKED[cls] = names
+    return names
+
+
+def _rebuilt(node, changes: dict):
+    """`node` with the fields in `changes` replaced: the constructor called with every field in order,
+    which is dataclasses.replace without its per-call checks of the field list (a fifth of rewrite's time)."""
+    cls = type(node)
+    names = _REBUILD.get(cls, ())
+    if names == ():
+        fields = dataclasses.fields(cls)
+        names = tuple(f.name for f in fields) if all(f.init for f in fields) else None
+        _REBUILD[cls] = names
+    if names is None:
+        return dataclasses.replace(node, **changes)
+    return cls(*[changes[name] if name in changes else getattr(node, name) for name in names])
+
+
 Visitor = Callable[[object], object | None]
 
 
@@ -44,6 +77,7 @@ def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None):
     non-None result replaces the (rebuilt) node.
     """
     memo: dict[int, object] = {}
+    walked, node_types = _WALKED, (n.PrimExpr, n.Stmt)
 
     def visit(node):
         key = id(node)
@@ -55,18 +89,23 @@ def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None):
             if replaced is not None:
                 memo[key] = (node, replaced)
                 return replaced
-        changes = {}
-        for name in child_fields(type(node)):
+        changes = None
+        names = walked.get(type(node))
+        for name in names if names is not None else _walked_fields(type(node)):
             value = getattr(node, name)
-            if _is_node(value):
+            if isinstance(value, node_types):
                 new = visit(value)
                 if new is not value:
+                    if changes is None:
+                        changes = {}
                     changes[name] = new
-            elif isinstance(value, tuple) and value and any(_is_node(v) for v in value):
-                new_items = tuple(visit(v) if _is_node(v) else v for v in value)
+            elif type(value) is tuple and value:
+                new_items = tuple(visit(v) if isinstance(v, node_types) else v for v in value)
                 if any(a is not b for a, b in zip(new_items, value)):
+                    if changes is None:
+                        changes = {}
                     changes[name] = new_items
-        result = dataclasses.replace(node, **changes) if changes else node
+        result = _rebuilt(node, changes) if changes else node
         if post is not None:
             replaced = post(result)
             if replaced is not None:
@@ -97,11 +136,12 @@ def post_order_visit(node, fn: Callable[[object], None]) -> None:
         if id(node) in seen:
             return
         seen.add(id(node))
-        for name in child_fields(type(node)):
+        names = _WALKED.get(type(node))
+        for name in names if names is not None else _walked_fields(type(node)):
             value = getattr(node, name)
             if _is_node(value):
                 visit(value)
-            elif isinstance(value, tuple):
+            elif type(value) is tuple:
                 for v in value:
                     if _is_node(v):
                         visit(v)
@@ -129,8 +169,18 @@ def uses_var(node, variables) -> bool:
     return any(id(v) in ids for v in collect_vars(node))
 
 
+_NO_DICT: dict = {}
+
+
 def expr_key(e) -> tuple:
     """A hashable key equal for structurally equal exprs (Vars and Buffers by identity)."""
+    # Nodes are immutable, so the key is computed once per node and kept on it: the
+    # simplifier compares keys of whole subtrees after every rule, which re-walked deep
+    # index expressions each time (a quarter of te.lower's time on a CNN). Looked up first:
+    # most calls are for a node whose key is known.
+    cached = getattr(e, "__dict__", _NO_DICT).get("_expr_key")
+    if cached is not None:
+        return cached
     if isinstance(e, n.Var):
         return ("Var", id(e))
     if isinstance(e, n.IntImm):
@@ -140,12 +190,6 @@ def expr_key(e) -> tuple:
     if isinstance(e, n.Buffer):
         return ("Buffer", id(e))
     if isinstance(e, (n.PrimExpr, n.Stmt)):
-        # Nodes are immutable, so the key is computed once per node and kept on it: the
-        # simplifier compares keys of whole subtrees after every rule, which re-walked deep
-        # index expressions each time (a quarter of te.lower's time on a CNN).
-        cached = e.__dict__.get("_expr_key")
-        if cached is not None:
-            return cached
         parts: list = [type(e).__name__, getattr(e, "dtype", None)]
         for name in child_fields(type(e)):
             value = getattr(e, name)
