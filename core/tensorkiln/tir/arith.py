@@ -515,6 +515,9 @@ def _simplify_int(e, bounds):
     return None
 
 
+_LEAVES = frozenset({n.IntImm, n.FloatImm, n.Var, n.StringImm})
+
+
 def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
     """Simplify an expression bottom-up (see the module docstring)."""
     bounds = bounds or {}
@@ -530,8 +533,8 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
         return _simplify_node(z, bounds) if isinstance(z, n.PrimExpr) else None
 
     def post(x):
-        if not isinstance(x, n.PrimExpr):
-            return None
+        if type(x) in _LEAVES or not isinstance(x, n.PrimExpr):
+            return None   # no rule rewrites a leaf: a third of the nodes, each through every rule's test
         # iterate to a fixed point: one rule's output may enable another
         for _ in range(4):
             y = _simplify_node(x, bounds)
