@@ -23,6 +23,7 @@ from .control_flow import compile_control_steps, control_call, fold_constant_con
 from .gc_tuning import holding_gc
 from .memory_limit import check_planned_memory, check_tensor_sizes
 from .lower_groups import GroupKernel, group_name, lower_group
+from .lowering_cache import LoweringCache, group_key, lowering_cache
 from .schedule_plan import schedule_plan
 from .placement import place_ops
 from .plan import build_plan
@@ -103,16 +104,23 @@ def _distinct_groups(calls: list[Call], primary: Target) -> tuple[dict[str, list
     return groups, names
 
 
-def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[GroupKernel]):
+def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[GroupKernel],
+             cache: LoweringCache | None = None):
     """Each group's PrimFunc, lowered when it is drawn (the emitter draws them while it compiles the
     first ones, Emitter.emit_stream); each GroupKernel is appended to `into`.
 
     `tuning_db.configs_for(function, target)` gives a group's tuned knob values (or None: defaults);
-    the kernel's strategy report names the record it applied.
+    the kernel's strategy report names the record it applied. `cache` (compiles without a tuning
+    database): a group lowered before comes from there (compiler/lowering_cache.py).
     """
     for group in groups:
         configs = tuning_db.configs_for(group.function, group.target) if tuning_db is not None else None
-        kernel = lower_group(group.function, group.name, group.target, configs, context)
+        key = group_key(group.function, group.target, context) if cache is not None else None
+        kernel = cache.get(key, group.name) if key is not None else None
+        if kernel is None:
+            kernel = lower_group(group.function, group.name, group.target, configs, context)
+            if key is not None:
+                cache.put(key, kernel)
         if tuning_db is not None:   # which record the group used (None: its analytic defaults)
             applied = getattr(configs, "applied", None)
             kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "tuning_record": applied})
@@ -151,6 +159,9 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     target = registry().target(target)
     target.spec.require_available()
     context = _context(opt_level, context)
+    # lowered groups come from the lowering cache unless tuning records or the caller's own pass
+    # instruments (which expect to see the loop passes run) are involved
+    cache = lowering_cache() if tuning_db is None and _TUNING_DB.get() is None and not context.instruments else None
     timing = PassTimingInstrument()
     context = dataclasses.replace(context, instruments=[*context.instruments, timing])
     ops_before = sum(1 for node in post_order(mod.main.body) if isinstance(node, Call) and isinstance(node.op, Op))
@@ -180,7 +191,7 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         resolved = target_groups[0].target
         kernels[target_text] = []
         artifacts[target_text] = resolved.spec.emitter.emit_stream(
-            _lowered(target_groups, tuning_db, context, kernels[target_text]), resolved, len(target_groups))
+            _lowered(target_groups, tuning_db, context, kernels[target_text], cache), resolved, len(target_groups))
         target_objects[target_text] = resolved
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}

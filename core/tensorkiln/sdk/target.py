@@ -28,12 +28,19 @@ class TargetSpec:
     target with its options can do on this host (the vector width and register count
     of the host CPU, or of `-mcpu`): the manifest declares the static ceiling, the
     target's `capabilities` are the refined ones.
+
+    `host_fingerprint(target) -> str`, when given, names everything this plugin's strategies
+    and schedules read from the host for that target beyond its string and capabilities (the
+    resolved CPU, its cache sizes): two hosts that lower a group differently must give different
+    strings. The core then caches this target's lowered groups across compiles and processes
+    (compiler/lowering_cache.py); a target without one is lowered on every compile.
     """
 
     manifest: PluginManifest
     emitter: Emitter | None = None
     loader: RuntimeLoader | None = None
     refine_capabilities: Callable[["Target"], Any] | None = None
+    host_fingerprint: Callable[["Target"], str] | None = None
     distribution: str = ""
     manifest_hash: str = ""
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-__all__ = ["MachineConfig", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
+__all__ = ["MachineConfig", "host_fingerprint", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
            "CpuFacts", "cpu_facts", "refine_capabilities", "CacheSizes", "cache_sizes", "parse_size"]
 
 
@@ -222,6 +222,12 @@ def cpu_facts(target) -> CpuFacts:
     """CpuFacts of a resolved cpu_llvm Target (its -mcpu and -mattr on this host)."""
     config = machine_config(target)
     return _facts_for(config.cpu, config.features)
+
+
+def host_fingerprint(target) -> str:
+    """What this plugin's strategies read from the host for `target` (TargetSpec.host_fingerprint): the
+    resolved CPU and features, the facts drawn from them and the cache sizes (blocking, tile widths)."""
+    return repr((machine_config(target), cpu_facts(target), cache_sizes(target)))
 
 
 def refine_capabilities(target):

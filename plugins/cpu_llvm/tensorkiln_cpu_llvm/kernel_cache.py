@@ -13,8 +13,9 @@ depends on:
 Hits in this process come from memory (MEMORY_ENTRIES, least recently used dropped); other
 processes read `<directory>/<key>.json` plus `<key>.o`, written atomically (temporary file,
 then rename). The directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else
-~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off, and it is
-bypassed while LLVM remarks are asked for (they come from running LLVM).
+~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off (and the core's
+lowering cache, which spares a compile the lowering this key needs), and it is bypassed while
+LLVM remarks are asked for (they come from running LLVM).
 """
 from __future__ import annotations
 

@@ -1,0 +1,227 @@
+"""compiler/lowering_cache.py: lowered groups (GroupKernel) cached by their workload, in memory and on disk.
+
+Lowering (te compute -> schedule -> loop passes) is half of a compile whose object code the
+target's own kernel cache already holds: that cache is keyed by the lowered loop IR, so a hit
+there still paid for lowering. This cache is asked first, before lowering: a group compiled before,
+in this process or another, comes back as its GroupKernel without being lowered again.
+
+The key is a SHA-256 over everything lowering reads:
+
+- the group function's text with its parameters renamed by position (`tune.workload_text`:
+  ops, attributes, types and shapes) plus the exact bytes of its constants and of any array
+  attribute (the text rounds or elides them);
+- the target string, its capabilities, and the target's `TargetSpec.host_fingerprint` (what
+  its schedules read from this host beyond the string: the CPU, its caches). A target whose
+  plugin gives no host fingerprint is never cached: the core cannot know what its schedules read;
+- the compile's PassContext: opt level, disabled passes, per-pass config (JSON only: a config
+  holding other objects turns the cache off for that compile) and verification;
+- the source of the core and of every plugin loaded from an entry point (their files'
+  bytes), their distributions' versions, and the versions of Python and numpy.
+
+Not cached: a compile with a tuning database (its records choose the knobs), a compile
+whose context carries pass instruments of its own (they expect to see the loop passes run),
+and any group while a plugin registered by hand (a test, a notebook) is in the registry (its code
+is not in the key). A lowered group that cannot be pickled (a tensor intrinsic holding a
+lambda) is lowered every time. Monkeypatching a schedule function is invisible to the key: set
+TENSORKILN_LOWERING_CACHE=0 while doing that.
+
+Where: $TENSORKILN_CACHE_DIR/lowered, else ~/.cache/tensorkiln/lowered, one `<key>.pkl` per group
+written atomically (temporary file, then rename); MEMORY_ENTRIES kept in memory. Entries are
+pickles, read back only from this user's own cache directory, which also holds the object code
+that compiled models load and run (the same trust). TENSORKILN_LOWERING_CACHE=0 turns this cache
+off; TENSORKILN_KERNEL_CACHE=0 turns off every compile cache (this one and the targets' kernel
+caches: every compile is cold).
+"""
+from __future__ import annotations
+
+import collections
+import dataclasses
+import functools
+import hashlib
+import json
+import os
+import pickle
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ..graph import Call, Constant, Function, post_order
+from ..ir.pass_infra import PassContext
+
+__all__ = ["LoweringCache", "lowering_cache", "group_key", "CACHE_FORMAT", "LOWERING_CACHE_ENV", "MEMORY_ENTRIES"]
+
+CACHE_FORMAT = 1
+LOWERING_CACHE_ENV = "TENSORKILN_LOWERING_CACHE"
+MEMORY_ENTRIES = 1024
+"""Groups kept in memory (a model has up to a few hundred distinct groups)."""
+
+_OFF = ("0", "off", "no", "false")
+
+
+def _turned_off(variable: str) -> bool:
+    return os.environ.get(variable, "1").strip().lower() in _OFF
+
+
+def cache_root() -> str:
+    """The directory every compile cache lives under: $TENSORKILN_CACHE_DIR, else ~/.cache/tensorkiln."""
+    return os.environ.get("TENSORKILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tensorkiln")
+
+
+def _tree_digest(directory: Path, digest) -> None:
+    for path in sorted(directory.rglob("*.py")):
+        digest.update(str(path.relative_to(directory)).encode() + b"\0")
+        digest.update(path.read_bytes())
+
+
+@functools.cache
+def _core_digest() -> str:
+    import tensorkiln
+    digest = hashlib.sha256(f"{tensorkiln.__version__}|{sys.version}|{np.__version__}".encode())
+    _tree_digest(Path(tensorkiln.__file__).parent, digest)
+    return digest.hexdigest()
+
+
+@functools.cache
+def _plugin_digest(module_file: str, distribution: str) -> str:
+    """The digest of a plugin's package (the directory of the module its entry point names) and version."""
+    from importlib import metadata
+    try:
+        version = metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        version = "?"
+    digest = hashlib.sha256(f"{distribution}=={version}".encode())
+    _tree_digest(Path(module_file).parent, digest)
+    return digest.hexdigest()
+
+
+def _plugins_digest() -> str | None:
+    """The digest of every registered plugin's code, or None when one was registered by hand (no entry point)."""
+    from ..sdk.plugin_manager import registry
+    plugins = registry()
+    loaded = {id(p.module): p for p in plugins.plugins}
+    parts = []
+    for module in plugins.hooks.get_plugins():
+        plugin = loaded.get(id(module))
+        if plugin is None or not getattr(module, "__file__", None):
+            return None
+        parts.append(f"{plugin.hook_name}:{_plugin_digest(module.__file__, plugin.distribution)}")
+    return "|".join(sorted(parts))
+
+
+def _exact_values(function: Function, digest) -> None:
+    """The bytes the printed text rounds or elides: constants, and array attributes."""
+    def attr_value(value) -> None:
+        if isinstance(value, np.ndarray):
+            digest.update(f"{value.dtype}{value.shape}".encode() + np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, (tuple, list)):
+            for item in value:
+                attr_value(item)
+        elif isinstance(value, float):
+            digest.update(repr(value).encode())
+
+    for node in post_order(function.body):
+        if isinstance(node, Constant):
+            value = np.asarray(node.value)
+            digest.update(f"\0const {value.dtype}{value.shape}\0".encode() + np.ascontiguousarray(value).tobytes())
+        elif isinstance(node, Call) and node.attrs is not None:
+            for _, value in node.attrs.non_default_items():
+                attr_value(value)
+
+
+def _context_text(context: PassContext) -> str | None:
+    """The context's part of the key (its instruments only observe), or None when its config is not JSON."""
+    try:
+        config = json.dumps(context.config, sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+    return f"opt={context.opt_level}|disabled={sorted(context.disabled)}|config={config}|verify={context.verify}"
+
+
+def group_key(function: Function, target, context: PassContext) -> str | None:
+    """The cache key of lowering `function` for `target` under `context` (module docstring), or None:
+    not cacheable."""
+    host = getattr(target.spec, "host_fingerprint", None)
+    context_text = _context_text(context)
+    if host is None or context_text is None:
+        return None
+    plugins = _plugins_digest()
+    if plugins is None:
+        return None
+    from ..tune.workload import target_fingerprint, workload_text
+    digest = hashlib.sha256(f"{CACHE_FORMAT}|{_core_digest()}|{plugins}|{target}|{target_fingerprint(target)}|"
+                            f"{host(target)}|{context_text}\0".encode())
+    digest.update(workload_text(function).encode())
+    _exact_values(function, digest)
+    return digest.hexdigest()
+
+
+class LoweringCache:
+    """GroupKernels by key: in memory (least recently used dropped first) and as pickles in `directory`."""
+
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory
+        self.memory: collections.OrderedDict[str, object] = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def get(self, key: str, name: str):
+        """The GroupKernel stored under `key`, renamed `name` (a group's kernel name depends on its model), or None."""
+        kernel = self.memory.get(key)
+        if kernel is None and self.directory is not None:
+            kernel = self._read(key)
+        if kernel is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._remember(key, kernel)
+        if kernel.name == name:
+            return kernel
+        return dataclasses.replace(kernel, name=name, func=dataclasses.replace(kernel.func, name=name))
+
+    def put(self, key: str, kernel) -> None:
+        try:
+            data = pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL)
+        except (pickle.PicklingError, TypeError, AttributeError):
+            return   # e.g. a tensor intrinsic holding a lambda: this group is lowered every time
+        self._remember(key, kernel)
+        if self.directory is not None:
+            self._write(key, data)
+
+    def _remember(self, key: str, kernel) -> None:
+        self.memory[key] = kernel
+        self.memory.move_to_end(key)
+        while len(self.memory) > MEMORY_ENTRIES:
+            self.memory.popitem(last=False)
+
+    def _read(self, key: str):
+        try:
+            data = (self.directory / f"{key}.pkl").read_bytes()
+        except OSError:
+            return None
+        try:
+            return pickle.loads(data)
+        except Exception:   # damaged, or written by other code under the same key: lower again (and overwrite)
+            return None
+
+    def _write(self, key: str, data: bytes) -> None:
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}", suffix=".pkl")
+            with os.fdopen(handle, "wb") as stream:
+                stream.write(data)
+            os.replace(temporary, self.directory / f"{key}.pkl")
+        except OSError:
+            pass     # a read-only or full disk costs the next process a lowering, nothing else
+
+
+@functools.cache
+def _cache_for(directory: str) -> LoweringCache:
+    return LoweringCache(Path(directory))
+
+
+def lowering_cache() -> LoweringCache | None:
+    """The process's cache per the environment (None when TENSORKILN_LOWERING_CACHE=0 or TENSORKILN_KERNEL_CACHE=0)."""
+    if _turned_off(LOWERING_CACHE_ENV) or _turned_off("TENSORKILN_KERNEL_CACHE"):
+        return None
+    return _cache_for(os.path.join(cache_root(), "lowered"))
