@@ -15,8 +15,8 @@ The key is a SHA-256 over everything lowering reads:
   plugin gives no host fingerprint is never cached: the core cannot know what its schedules read;
 - the compile's PassContext: opt level, disabled passes, per-pass config (JSON only: a config
   holding other objects turns the cache off for that compile) and verification;
-- the source of the core and of every plugin loaded from an entry point (their files'
-  bytes), their distributions' versions, and the versions of Python and numpy.
+- the source of the core and of every plugin loaded from an entry point (their Python files'
+  and manifests' bytes), their distributions' versions, and the versions of Python and numpy.
 
 Not cached: a compile with a tuning database (its records choose the knobs), a compile
 whose context carries pass instruments of its own (they expect to see the loop passes run),
@@ -70,7 +70,8 @@ def cache_root() -> str:
 
 
 def _tree_digest(directory: Path, digest) -> None:
-    for path in sorted(directory.rglob("*.py")):
+    """Every Python file and manifest under `directory` (a package), names and bytes."""
+    for path in sorted([*directory.rglob("*.py"), *directory.rglob("*.toml")]):
         digest.update(str(path.relative_to(directory)).encode() + b"\0")
         digest.update(path.read_bytes())
 
