@@ -138,7 +138,9 @@ def _cmd_compile(args) -> int:
 
     console = Console(width=None if sys.stdout.isatty() else 180)
     timing = PassTimingInstrument()
-    instruments = [PrintIRInstrument(after=args.print_ir_after or ())]
+    # only the instruments asked for: any instrument makes the compile lower every group itself
+    # (it expects to see the loop passes run), where it could take them from the lowering cache
+    instruments = [PrintIRInstrument(after=args.print_ir_after)] if args.print_ir_after else []
     if args.time_passes:
         instruments.append(timing)
     context = PassContext(opt_level=args.opt_level, disabled=set(args.disable_pass or ()), instruments=instruments)

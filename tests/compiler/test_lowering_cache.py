@@ -79,6 +79,9 @@ def test_a_model_compiled_again_lowers_nothing_and_runs_the_same(fresh_cache, lo
     lowerings.clear()
     second = tk.compile(model, target="cpu_llvm")
     assert lowerings == []
+    # the summary says where each kernel's loop nest came from
+    assert {row["lowering_cache"] for row in first.summary()["strategies"].values()} == {"miss"}
+    assert {row["lowering_cache"] for row in second.summary()["strategies"].values()} == {"hit"}
     assert fresh_cache.hits >= len(first.executor.plan.steps) - len(first.executor.plan.aliases)
     (artifact,) = first.artifacts.values()
     (again,) = second.artifacts.values()
@@ -172,8 +175,9 @@ def test_what_is_never_cached(fresh_cache, lowerings, monkeypatch):
     from tensorkiln.passes import PassTimingInstrument
     for _ in range(2):
         lowerings.clear()
-        tk.compile(model, target="cpu_llvm", context=PassContext(instruments=[PassTimingInstrument()]))
+        lib = tk.compile(model, target="cpu_llvm", context=PassContext(instruments=[PassTimingInstrument()]))
         assert lowerings
+        assert {row["lowering_cache"] for row in lib.summary()["strategies"].values()} == {None}
     # turned off by the environment
     for variable in (lc.LOWERING_CACHE_ENV, "TENSORKILN_KERNEL_CACHE"):
         monkeypatch.setenv(variable, "0")

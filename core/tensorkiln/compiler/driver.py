@@ -117,10 +117,14 @@ def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[G
         configs = tuning_db.configs_for(group.function, group.target) if tuning_db is not None else None
         key = group_key(group.function, group.target, context) if cache is not None else None
         kernel = cache.get(key, group.name) if key is not None else None
+        # summary()["strategies"][name]["lowering_cache"]: "hit", "miss" (lowered here, then stored) or
+        # None (not cacheable: compiler/lowering_cache.py says when)
+        outcome = None if key is None else "hit" if kernel is not None else "miss"
         if kernel is None:
             kernel = lower_group(group.function, group.name, group.target, configs, context)
             if key is not None:
                 cache.put(key, kernel)
+        kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "lowering_cache": outcome})
         if tuning_db is not None:   # which record the group used (None: its analytic defaults)
             applied = getattr(configs, "applied", None)
             kernel = dataclasses.replace(kernel, strategy={**kernel.strategy, "tuning_record": applied})
