@@ -148,7 +148,9 @@ def test_cpu_llvm_declares_its_implementations_through_the_hook():
 def test_summary_reports_every_field_of_the_choice():
     lib = tk.compile(_relu_model(), LLVM)
     strategy = _only(lib)
-    assert set(strategy) == {"target", "ops", "strategy", "key", "config", "plugin", "space_size", "rejected"}
+    assert set(strategy) == {"target", "ops", "strategy", "key", "config", "plugin", "space_size", "rejected",
+                             "lowering_cache"}
+    assert strategy["lowering_cache"] in ("hit", "miss")   # cpu_llvm names its host facts: cached
     assert (strategy["strategy"], strategy["key"], strategy["ops"]) == ("cpu_llvm.injective", "injective", ["nn.relu"])
     assert strategy["target"] == str(LLVM) and strategy["space_size"] == 1 and strategy["config"] == {}
 
