@@ -26,7 +26,8 @@ lambda) is lowered every time. Monkeypatching a schedule function is invisible t
 TENSORKILN_LOWERING_CACHE=0 while doing that.
 
 Where: $TENSORKILN_CACHE_DIR/lowered, else ~/.cache/tensorkiln/lowered, one `<key>.pkl` per group
-written atomically (temporary file, then rename); MEMORY_ENTRIES kept in memory. Entries are
+written atomically, the folder kept under TENSORKILN_CACHE_MAX_MB (sdk/cache_dir.py: the least
+recently used entries go first); MEMORY_ENTRIES kept in memory. Entries are
 pickles, read back only from this user's own cache directory, which also holds the object code
 that compiled models load and run (the same trust). TENSORKILN_LOWERING_CACHE=0 turns this cache
 off; TENSORKILN_KERNEL_CACHE=0 turns off every compile cache (this one and the targets' kernel
@@ -42,13 +43,13 @@ import json
 import os
 import pickle
 import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
 from ..graph import Call, Constant, Function, post_order
 from ..ir.pass_infra import PassContext
+from ..sdk.cache_dir import CacheDirectory, cache_root, caches_enabled
 
 __all__ = ["LoweringCache", "lowering_cache", "group_key", "CACHE_FORMAT", "LOWERING_CACHE_ENV", "MEMORY_ENTRIES"]
 
@@ -56,17 +57,6 @@ CACHE_FORMAT = 1
 LOWERING_CACHE_ENV = "TENSORKILN_LOWERING_CACHE"
 MEMORY_ENTRIES = 1024
 """Groups kept in memory (a model has up to a few hundred distinct groups)."""
-
-_OFF = ("0", "off", "no", "false")
-
-
-def _turned_off(variable: str) -> bool:
-    return os.environ.get(variable, "1").strip().lower() in _OFF
-
-
-def cache_root() -> str:
-    """The directory every compile cache lives under: $TENSORKILN_CACHE_DIR, else ~/.cache/tensorkiln."""
-    return os.environ.get("TENSORKILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tensorkiln")
 
 
 def _tree_digest(directory: Path, digest) -> None:
@@ -163,6 +153,7 @@ class LoweringCache:
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
+        self._store = CacheDirectory(directory) if directory is not None else None
         self.memory: collections.OrderedDict[str, object] = collections.OrderedDict()
         self.hits = self.misses = 0
 
@@ -196,9 +187,8 @@ class LoweringCache:
             self.memory.popitem(last=False)
 
     def _read(self, key: str):
-        try:
-            data = (self.directory / f"{key}.pkl").read_bytes()
-        except OSError:
+        data = self._store.read(f"{key}.pkl")
+        if data is None:
             return None
         try:
             return pickle.loads(data)
@@ -206,14 +196,7 @@ class LoweringCache:
             return None
 
     def _write(self, key: str, data: bytes) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}", suffix=".pkl")
-            with os.fdopen(handle, "wb") as stream:
-                stream.write(data)
-            os.replace(temporary, self.directory / f"{key}.pkl")
-        except OSError:
-            pass     # a read-only or full disk costs the next process a lowering, nothing else
+        self._store.write(f"{key}.pkl", data)   # a read-only or full disk costs the next process a lowering
 
 
 @functools.cache
@@ -223,6 +206,6 @@ def _cache_for(directory: str) -> LoweringCache:
 
 def lowering_cache() -> LoweringCache | None:
     """The process's cache per the environment (None when TENSORKILN_LOWERING_CACHE=0 or TENSORKILN_KERNEL_CACHE=0)."""
-    if _turned_off(LOWERING_CACHE_ENV) or _turned_off("TENSORKILN_KERNEL_CACHE"):
+    if os.environ.get(LOWERING_CACHE_ENV, "1").strip().lower() in ("0", "off", "no", "false") or not caches_enabled():
         return None
     return _cache_for(os.path.join(cache_root(), "lowered"))

@@ -11,9 +11,9 @@ depends on:
   source files (a changed emitter never reuses an old object).
 
 Hits in this process come from memory (MEMORY_ENTRIES, least recently used dropped); other
-processes read `<directory>/<key>.json` plus `<key>.o`, written atomically (temporary file,
-then rename). The directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else
-~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off (and the core's
+processes read `<directory>/<key>.json` plus `<key>.o`, written atomically and kept under
+TENSORKILN_CACHE_MAX_MB (tensorkiln.sdk.CacheDirectory: the least recently used go first). The
+directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else ~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off (and the core's
 lowering cache, which spares a compile the lowering this key needs), and it is bypassed while
 LLVM remarks are asked for (they come from running LLVM).
 """
@@ -25,9 +25,10 @@ import hashlib
 import json
 import os
 import struct
-import tempfile
 from pathlib import Path
 from typing import Callable, Sequence
+
+from tensorkiln.sdk import CacheDirectory, cache_root, caches_enabled
 
 __all__ = ["KernelCache", "kernel_cache", "cache_key", "pack_parts", "unpack_parts", "CACHE_FORMAT"]
 
@@ -95,6 +96,7 @@ class KernelCache:
 
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory
+        self._store = CacheDirectory(directory) if directory is not None else None
         self.memory: collections.OrderedDict[str, tuple[dict, bytes]] = collections.OrderedDict()
         self.hits = self.misses = 0
 
@@ -121,26 +123,22 @@ class KernelCache:
             self.memory.popitem(last=False)
 
     def _read(self, key: str) -> tuple[dict, bytes] | None:
+        text, binary = self._store.read(f"{key}.json"), self._store.read(f"{key}.o")
+        if text is None or binary is None:
+            return None      # absent, or half of it pruned: compile again (and write it again)
         try:
-            record = json.loads((self.directory / f"{key}.json").read_text())
-            binary = (self.directory / f"{key}.o").read_bytes()
-        except (OSError, ValueError):
-            return None      # absent, or a damaged entry: compile again (and overwrite it)
+            record = json.loads(text)
+        except ValueError:
+            return None      # a damaged entry: compile again (and overwrite it)
         if record.get("format") != CACHE_FORMAT:
             return None
         return record, binary
 
     def _write(self, key: str, record: dict, binary: bytes) -> None:
-        try:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            # the object first: a reader that finds the JSON finds a complete object beside it
-            for suffix, data in ((".o", binary), (".json", json.dumps({**record, "format": CACHE_FORMAT}).encode())):
-                handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{key}", suffix=suffix)
-                with os.fdopen(handle, "wb") as stream:
-                    stream.write(data)
-                os.replace(temporary, self.directory / f"{key}{suffix}")
-        except OSError:
-            pass             # a read-only or full disk costs the next process a compile, nothing else
+        # the object first: a reader that finds the JSON finds a complete object beside it; a read-only or
+        # full disk costs the next process a compile, nothing else
+        self._store.write(f"{key}.o", binary)
+        self._store.write(f"{key}.json", json.dumps({**record, "format": CACHE_FORMAT}).encode())
 
 
 @functools.cache
@@ -150,7 +148,6 @@ def _cache_for(directory: str | None) -> KernelCache:
 
 def kernel_cache() -> KernelCache | None:
     """The process's cache per the environment (None when TENSORKILN_KERNEL_CACHE=0)."""
-    if os.environ.get("TENSORKILN_KERNEL_CACHE", "1").strip().lower() in ("0", "off", "no", "false"):
+    if not caches_enabled():
         return None
-    root = os.environ.get("TENSORKILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "tensorkiln")
-    return _cache_for(os.path.join(root, "cpu_llvm"))
+    return _cache_for(os.path.join(cache_root(), "cpu_llvm"))
