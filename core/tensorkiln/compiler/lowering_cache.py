@@ -7,7 +7,7 @@ in this process or another, comes back as its GroupKernel without being lowered 
 
 The key is a SHA-256 over everything lowering reads:
 
-- the group function's text with its parameters renamed by position (`tune.workload_text`:
+- the group function's text with its parameters renamed by position (`graph.printer.workload_text`:
   ops, attributes, types and shapes) plus the exact bytes of its constants and of any array
   attribute (the text rounds or elides them);
 - the target string, its capabilities, and the target's `TargetSpec.host_fingerprint` (what
@@ -48,8 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from ..graph import Call, Constant, Function, post_order
+from ..graph.printer import workload_text
 from ..ir.pass_infra import PassContext
 from ..sdk.cache_dir import CacheDirectory, cache_root, caches_enabled
+from ..sdk.target import capabilities_fingerprint
 
 __all__ = ["LoweringCache", "lowering_cache", "group_key", "CACHE_FORMAT", "LOWERING_CACHE_ENV", "MEMORY_ENTRIES"]
 
@@ -140,8 +142,7 @@ def group_key(function: Function, target, context: PassContext) -> str | None:
     plugins = _plugins_digest()
     if plugins is None:
         return None
-    from ..tune.workload import target_fingerprint, workload_text
-    digest = hashlib.sha256(f"{CACHE_FORMAT}|{_core_digest()}|{plugins}|{target}|{target_fingerprint(target)}|"
+    digest = hashlib.sha256(f"{CACHE_FORMAT}|{_core_digest()}|{plugins}|{target}|{capabilities_fingerprint(target)}|"
                             f"{host(target)}|{context_text}\0".encode())
     digest.update(workload_text(function).encode())
     _exact_values(function, digest)

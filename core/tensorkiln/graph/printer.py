@@ -8,11 +8,13 @@
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var
 
-__all__ = ["print_module", "print_expr", "summarize"]
+__all__ = ["print_module", "print_expr", "summarize", "workload_text"]
 
 _INLINE_ELEMENTS = 8
 
@@ -134,3 +136,12 @@ def _constant_text(const: Constant) -> str:
 def _suffix(dtype: np.dtype) -> str:
     return {"float32": "f", "float64": "f64", "float16": "f16", "int64": "i64", "int32": "i32",
             "bool": ""}.get(np.dtype(dtype).name, f"_{np.dtype(dtype).name}")
+
+
+def workload_text(function: Function) -> str:
+    """A group function's text with its parameters named %__p0, %__p1, ... by position (names differ between
+    models): what a tuning record and a lowered group are keyed by (tune/workload.py, compiler/lowering_cache.py)."""
+    text = print_expr(function)
+    for index, param in enumerate(function.params):
+        text = re.sub(rf"%{re.escape(param.name)}\b", f"%__p{index}", text)
+    return text

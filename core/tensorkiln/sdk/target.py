@@ -5,6 +5,8 @@ plugins (aliases included) and validates the options against the manifest.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -13,7 +15,7 @@ from ..ir.errors import TargetError
 from .codegen import Emitter, RuntimeLoader
 from .manifest import PluginManifest
 
-__all__ = ["TargetSpec", "Target", "parse_target_string"]
+__all__ = ["TargetSpec", "Target", "parse_target_string", "capabilities_fingerprint"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,3 +152,10 @@ class Target:
 
     def __hash__(self) -> int:
         return hash(str(self))
+
+
+def capabilities_fingerprint(target) -> str:
+    """Hash of the capabilities the plugin resolved for `target` (vector width, registers, dtypes, ...)."""
+    capabilities = getattr(target, "capabilities", None)
+    dump = capabilities.model_dump(mode="json") if hasattr(capabilities, "model_dump") else repr(capabilities)
+    return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:16]

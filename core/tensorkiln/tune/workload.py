@@ -14,25 +14,16 @@ A record applies to exactly one (workload, target, plugin version, record format
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from importlib import metadata
 
 from ..graph import Function
-from ..graph.printer import print_expr
+from ..graph.printer import workload_text
+from ..sdk.target import capabilities_fingerprint as target_fingerprint
 
 __all__ = ["workload_key", "workload_text", "target_key", "target_fingerprint", "plugin_version", "FORMAT_VERSION"]
 
 FORMAT_VERSION = 1
 """Version of the record format (config + trace JSON); a record of another version is never applied."""
-
-
-def workload_text(function: Function) -> str:
-    """The group's text with parameters named p0, p1, ... by position (names differ between models)."""
-    text = print_expr(function)
-    for index, param in enumerate(function.params):
-        text = re.sub(rf"%{re.escape(param.name)}\b", f"%__p{index}", text)
-    return text
 
 
 def workload_key(function: Function) -> str:
@@ -41,13 +32,6 @@ def workload_key(function: Function) -> str:
 
 def target_key(target) -> str:
     return str(target)
-
-
-def target_fingerprint(target) -> str:
-    """Hash of the capabilities the plugin resolved (vector width, registers, dtypes, ...)."""
-    capabilities = getattr(target, "capabilities", None)
-    dump = capabilities.model_dump(mode="json") if hasattr(capabilities, "model_dump") else repr(capabilities)
-    return hashlib.sha256(json.dumps(dump, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def plugin_version(implementation, target) -> str:
