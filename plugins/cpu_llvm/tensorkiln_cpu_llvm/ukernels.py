@@ -74,9 +74,17 @@ def _masked(module: ir.Module, kind: str, lanes: int) -> ir.Function:
 
 
 def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, a_rows: list, b: ir.Value,
-                      ldb: ir.Value, depth: ir.Value, a_step: int = 1) -> list:
+                      ldb: ir.Value, depth: ir.Value, a_step: int = 1,
+                      prefetch: tuple[ir.Value, ir.Value] | None = None) -> list:
     """The register tile's k loop: acc[r, v] += splat(a_rows[r][k * a_step]) * B[k * ldb + v * lanes : +lanes]
     for k < depth (`a_step` mr: A packed as [k][mr]).
+
+    `prefetch` (next, span): A read in place, and the following call's A `span` floats in one piece at
+    `next` (next_tile_rows). Each step then prefetches the next line of that span, in address order (the
+    last one again once all are asked for): the mr rows a tile reads in lock-step, 4 bytes each per step,
+    are mr interleaved streams that the hardware prefetcher does not follow, so without it every line of
+    A arrives from L3 as a miss once A outgrows L2 (next_tile_rows has the measurements). The offset is
+    carried from step to step (an add, a compare, a select): the loop is a few cycles long.
 
     Emitted at the builder's block, which must end here; returns the mr x nr/lanes final
     accumulators (zeros when depth <= 0) with the builder after the loop.
@@ -89,9 +97,21 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     zero = ir.Constant(_vector(lanes), None)
     builder.cbranch(builder.icmp_signed(">", depth, I64(0)), loop, done)
 
+    if prefetch is not None:
+        next_span, span = prefetch
+        prefetch_call = declare(module, "llvm.prefetch.p0i8", VOID, [ir.IntType(8).as_pointer(), I32, I32, I32])
     builder.position_at_end(loop)
     k = builder.phi(I64, name="k")
     accumulators = [builder.phi(_vector(lanes), name=f"acc{n}") for n in range(tile.mr * vectors)]
+    if prefetch is not None:
+        line = builder.phi(I64, name="prefetched")
+        address = builder.bitcast(builder.gep(next_span, [line]), ir.IntType(8).as_pointer())
+        # a read (0), kept in every cache level (3), of data (1)
+        builder.call(prefetch_call, [address, I32(0), I32(3), I32(1)])
+        following = builder.add(line, I64(FLOATS_PER_LINE))
+        line_next = builder.select(builder.icmp_signed("<", following, span), following, line)
+        line.add_incoming(I64(0), entry)
+        line.add_incoming(line_next, loop)
     b_row = builder.mul(k, ldb)
     b_values = [builder.load(_vector_pointer(builder, b, builder.add(b_row, I64(v * lanes)), lanes), align=4)
                 for v in range(vectors)]
@@ -120,6 +140,26 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     return finals
 
 
+FLOATS_PER_LINE = 16
+
+
+def next_tile_rows(builder: ir.IRBuilder, a: ir.Value, lda: ir.Value, depth: ir.Value,
+                   tile: GemmTile) -> tuple[ir.Value, ir.Value]:
+    """`accumulate_over_k`'s prefetch of the row tile after the one at `a` (mr rows on): the next call's A
+    when calls go down the rows (the GEMM's row tiles of a sliver, the NHWC conv's positions of an output
+    row). Its mr rows are one piece of mr x depth floats where they are contiguous (lda == depth: a 1x1
+    conv's positions over all their channels, a GEMM whose K is one block); otherwise only its first line
+    is asked for (a piece of one line: its rows' pieces lie apart, and a prefetch order that crossed them
+    measured no better). Past the end of A it names addresses nothing reads: a prefetch never faults.
+
+    Measured, 1 thread, against onnxruntime in the same process: the 1x1 conv 56x56x256 -> 64 (its 3.2 MB
+    input past L2) 1.52-1.79x onnxruntime's time without, 1.19-1.30x with; 14x14 and 28x28 inputs, which
+    stay in L2, within noise; the GEMM 3136x256x64 0.89 -> 0.95-1.03x numpy."""
+    contiguous = builder.icmp_signed("==", lda, depth)
+    span = builder.select(contiguous, builder.mul(lda, I64(tile.mr)), I64(FLOATS_PER_LINE))
+    return builder.gep(a, [builder.mul(lda, I64(tile.mr))]), span
+
+
 def _define_ukernel(module: ir.Module, tile: GemmTile, name: str, linkage: str = "", b_strides: int = 1) -> ir.Function:
     """`b_strides` > 1: B is a tile of a higher-rank buffer (packed Bp[N/nr, K, nr]); its last stride is ldb."""
     head = [F32_PTR, F32_PTR, F32_PTR, I64, *([I64] * b_strides), I64]
@@ -136,7 +176,8 @@ def _define_ukernel(module: ir.Module, tile: GemmTile, name: str, linkage: str =
         pointer.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     rows = [builder.gep(a, [builder.mul(lda, I64(row))], inbounds=True) for row in range(tile.mr)]
-    finals = accumulate_over_k(builder, module, tile, rows, b, ldb, k_extent)
+    finals = accumulate_over_k(builder, module, tile, rows, b, ldb, k_extent,
+                               prefetch=next_tile_rows(builder, a, lda, k_extent, tile))
     is_accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     pointers = [_vector_pointer(builder, c, builder.add(builder.mul(ldc, I64(row)), I64(v * tile.lanes)), tile.lanes)
                 for row in range(tile.mr) for v in range(tile.vectors_per_row)]

@@ -15,7 +15,7 @@ import tensorkiln as tk
 from tensorkiln import graph, te
 from tensorkiln.compiler.strategy import select
 from tensorkiln_cpu_llvm.host import cache_sizes, parse_size
-from tensorkiln_cpu_llvm.sgemm import GemmPlan
+from tensorkiln_cpu_llvm.sgemm import GemmPlan, sgemm_source
 from tensorkiln_cpu_llvm.strategies.gemm_blocking import gemm_plan, gemm_space, register_tiles
 from tensorkiln_cpu_llvm.ukernels import GemmTile
 
@@ -152,6 +152,9 @@ def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     target = tk.target(f"llvm -mcpu=haswell {caches}")
     assert gemm_plan(1024, 1024, 1024, target, {}, "kn").pack_a          # 4 MB of A
     assert not gemm_plan(256, 1024, 256, target, {}, "kn").pack_a        # 256 KB: it stays in L2
+    # a single sliver of B reads each row tile once: A is read in place (its next row tile prefetched)
+    assert not gemm_plan(3136, 24, 256, target, {}, "kn").pack_a
+    assert gemm_plan(3136, 48, 256, target, {}, "kn").pack_a
     with pytest.raises(ValueError, match="pack_a needs K > 0"):
         GemmPlan(tile=GemmTile(4, 24, 8), m=16, n=64, k=0, mc=16, nc=48, kc=8, pack_a=True)
     assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {}, "kn").symbol
@@ -259,3 +262,16 @@ def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
         finally:
             tk.runtime.set_num_threads(0)
         np.testing.assert_allclose(got, np.maximum(x @ w.T + bias, 0), rtol=1e-4, atol=1e-3)
+
+
+def test_the_micro_kernel_prefetches_the_next_row_tile_only_when_it_reads_a_in_place():
+    """In place, each step of the k loop prefetches a line of the next mr rows (ukernels.next_tile_rows);
+    from a packed tile it does not (one stream, which the hardware follows). The prefetch reaches past the
+    last row tile, which runs all the same: a prefetch never faults."""
+    target = tk.target("llvm -mcpu=haswell")
+    for pack_a, expected in ((False, True), (True, False)):
+        plan = gemm_plan(3136, 48, 256, target, {"pack_a": pack_a}, "kn")
+        source = sgemm_source(plan)
+        assert ("llvm.prefetch" in source) is expected
+    module, _ = _build(3136 // 4 + 3, 24, 256, "llvm -mcpu=haswell", config={"pack_a": False})
+    _check(module, 3136 // 4 + 3, 24, 256)

@@ -221,7 +221,8 @@ def conv_applies(call, target):
         return f"{out_channels} output channels are not a multiple of the register tile's {nr}"
     if not row_candidates(out_width, target):
         return f"output width {out_width} has no divisor in [{MIN_ROWS}, {max_rows(target)}] (the tile's rows)"
-    if out_width < SLOWER_BELOW_WIDTH or channels < SLOWER_BELOW_CHANNELS or out_channels > SLOWER_ABOVE_OUTPUTS:
+    if out_width < SLOWER_BELOW_WIDTH or not SLOWER_BELOW_CHANNELS <= channels <= SLOWER_ABOVE_CHANNELS \
+            or out_channels > SLOWER_ABOVE_OUTPUTS:
         return (f"{out_width} wide, {channels} -> {out_channels} channels: the NHWC register tile "
                 f"(cpu_llvm.conv2d_nhwc) is as fast or faster")
     return True
@@ -231,9 +232,15 @@ def conv_applies(call, target):
 # inception_v2's 1x1 shapes, AVX-512): 28x28x192->64 1.05-1.07x, 28x28x256->32 0.99-1.34x,
 # 28x28x320->64 1.01x; slower at 56x56x64->64 (0.99x), every 14x14x576 (0.90-0.94x) and
 # 7x7x1024 (0.80-0.90x) shape: each call repacks the weights and small images give few row tiles.
+# Since the micro-kernel prefetches the next positions (ukernels.next_tile_rows), against onnxruntime in
+# the same process (Sapphire Rapids KVM guest, 1 thread): 56x56x256->128 1.22x (the NHWC tile 1.44x),
+# 28x28x512->128 1.19x (1.22x); over 1024 channels it loses (14x14x1024->256 1.75x against 1.06x,
+# 7x7x2048->512 3.1x against 1.23x: the tile's positions, 4 KB or more apart, share one L1 set), and for
+# wide outputs (56x56x64->256 1.35x against 1.17x, 28x28x128->512 1.22x against 1.14x).
 SLOWER_BELOW_WIDTH = 28
 SLOWER_BELOW_CHANNELS = 128
-SLOWER_ABOVE_OUTPUTS = 64
+SLOWER_ABOVE_CHANNELS = 512
+SLOWER_ABOVE_OUTPUTS = 128
 
 
 def _conv_space(workload, target) -> TuningSpace:
