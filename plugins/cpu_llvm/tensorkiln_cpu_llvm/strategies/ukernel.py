@@ -233,8 +233,8 @@ def conv_applies(call, target):
 # 28x28x320->64 1.01x; slower at 56x56x64->64 (0.99x), every 14x14x576 (0.90-0.94x) and
 # 7x7x1024 (0.80-0.90x) shape: each call repacks the weights and small images give few row tiles.
 # Since the micro-kernel prefetches the next positions (ukernels.next_tile_rows), against onnxruntime in
-# the same process (Sapphire Rapids KVM guest, 1 thread): 56x56x256->128 1.22x (the NHWC tile 1.44x),
-# 28x28x512->128 1.19x (1.22x); over 1024 channels it loses (14x14x1024->256 1.75x against 1.06x,
+# the same process (Sapphire Rapids KVM guest, 1 thread): 56x56x256->128 1.21-1.22x (the NHWC tile
+# 1.27-1.44x), 28x28x512->128 1.19-1.20x (1.19-1.22x); over 1024 channels it loses (14x14x1024->256 1.75x against 1.06x,
 # 7x7x2048->512 3.1x against 1.23x: the tile's positions, 4 KB or more apart, share one L1 set), and for
 # wide outputs (56x56x64->256 1.35x against 1.17x, 28x28x128->512 1.22x against 1.14x).
 SLOWER_BELOW_WIDTH = 28
