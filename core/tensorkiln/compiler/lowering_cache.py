@@ -35,7 +35,6 @@ caches: every compile is cold).
 """
 from __future__ import annotations
 
-import collections
 import dataclasses
 import functools
 import hashlib
@@ -50,7 +49,7 @@ import numpy as np
 from ..graph import Call, Constant, Function, post_order
 from ..graph.printer import workload_text
 from ..ir.pass_infra import PassContext
-from ..sdk.cache_dir import CacheDirectory, cache_root, caches_enabled
+from ..sdk.cache_dir import MemoryAndDiskCache, cache_root, caches_enabled
 from ..sdk.target import capabilities_fingerprint
 
 __all__ = ["LoweringCache", "lowering_cache", "group_key", "CACHE_FORMAT", "LOWERING_CACHE_ENV", "MEMORY_ENTRIES"]
@@ -149,26 +148,16 @@ def group_key(function: Function, target, context: PassContext) -> str | None:
     return digest.hexdigest()
 
 
-class LoweringCache:
+class LoweringCache(MemoryAndDiskCache):
     """GroupKernels by key: in memory (least recently used dropped first) and as pickles in `directory`."""
 
     def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
-        self._store = CacheDirectory(directory) if directory is not None else None
-        self.memory: collections.OrderedDict[str, object] = collections.OrderedDict()
-        self.hits = self.misses = 0
+        super().__init__(directory, MEMORY_ENTRIES)
 
     def get(self, key: str, name: str):
         """The GroupKernel stored under `key`, renamed `name` (a group's kernel name depends on its model), or None."""
-        kernel = self.memory.get(key)
-        if kernel is None and self.directory is not None:
-            kernel = self._read(key)
-        if kernel is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._remember(key, kernel)
-        if kernel.name == name:
+        kernel = self.lookup(key)
+        if kernel is None or kernel.name == name:
             return kernel
         return dataclasses.replace(kernel, name=name, func=dataclasses.replace(kernel.func, name=name))
 
@@ -177,27 +166,18 @@ class LoweringCache:
             data = pickle.dumps(kernel, protocol=pickle.HIGHEST_PROTOCOL)
         except (pickle.PicklingError, TypeError, AttributeError):
             return   # e.g. a tensor intrinsic holding a lambda: this group is lowered every time
-        self._remember(key, kernel)
-        if self.directory is not None:
-            self._write(key, data)
+        self.remember(key, kernel)
+        if self.store is not None:
+            self.store.write(f"{key}.pkl", data)   # a read-only or full disk costs the next process a lowering
 
-    def _remember(self, key: str, kernel) -> None:
-        self.memory[key] = kernel
-        self.memory.move_to_end(key)
-        while len(self.memory) > MEMORY_ENTRIES:
-            self.memory.popitem(last=False)
-
-    def _read(self, key: str):
-        data = self._store.read(f"{key}.pkl")
+    def _load(self, key: str):
+        data = self.store.read(f"{key}.pkl")
         if data is None:
             return None
         try:
             return pickle.loads(data)
         except Exception:   # damaged, or written by other code under the same key: lower again (and overwrite)
             return None
-
-    def _write(self, key: str, data: bytes) -> None:
-        self._store.write(f"{key}.pkl", data)   # a read-only or full disk costs the next process a lowering
 
 
 @functools.cache

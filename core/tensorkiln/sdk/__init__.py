@@ -13,7 +13,8 @@ from pathlib import Path
 
 _EXPORTS = {
     "check_elf": "binary_check",
-    "CacheDirectory": "cache_dir", "cache_root": "cache_dir", "caches_enabled": "cache_dir",
+    "CacheDirectory": "cache_dir", "MemoryAndDiskCache": "cache_dir", "cache_root": "cache_dir",
+    "caches_enabled": "cache_dir",
     "CSourceEmitter": "c_source", "LaunchGeometry": "c_source", "launch_geometry": "c_source",
     "parse_thread_tag": "c_source", "c_source_op_limits": "c_source",
     "Artifact": "codegen", "Emitter": "codegen", "KernelFunction": "codegen", "KernelSignature": "codegen",
@@ -34,7 +35,7 @@ _EXPORTS = {
 }
 
 __all__ = [
-    "CacheDirectory", "cache_root", "caches_enabled",
+    "CacheDirectory", "MemoryAndDiskCache", "cache_root", "caches_enabled",
     "hookimpl", "hookspec", "TargetSpec", "Target", "PluginManifest", "PluginInfo", "Capabilities",
     "OptionDecl", "OpSupport", "LayoutPreference", "IntrinsicDecl", "Artifact", "Emitter", "RuntimeLoader",
     "LoadedModule", "KernelFunction", "KernelSignature", "ParamSpec", "signature_of", "ENTRY_POINT_GROUP",

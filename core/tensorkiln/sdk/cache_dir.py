@@ -8,6 +8,9 @@ it (cpu_llvm's objects in `cpu_llvm/`). A plugin caching its own output uses thi
     data = store.read(f"{key}.bin")           # None: absent (or unreadable)
     store.write(f"{key}.bin", compiled)        # atomic: a reader never sees half a file
 
+`MemoryAndDiskCache` puts the most recently used values of such a folder in front of it, in memory
+(the lowering cache and cpu_llvm's kernel cache are two).
+
 Each folder holds at most TENSORKILN_CACHE_MAX_MB megabytes (default DEFAULT_MAX_MB). A write
 now and then (the first of a process, then every PRUNE_EVERY) drops the least recently used files
 until the folder is under PRUNE_TO of the bound; a read touches its file, so the entries a
@@ -17,11 +20,12 @@ vanished folder: a cache that cannot be kept costs the next compile its work, no
 """
 from __future__ import annotations
 
+import collections
 import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["CacheDirectory", "cache_root", "caches_enabled", "cache_limit_bytes", "DEFAULT_MAX_MB", "PRUNE_EVERY",
+__all__ = ["CacheDirectory", "MemoryAndDiskCache", "cache_root", "caches_enabled", "cache_limit_bytes", "DEFAULT_MAX_MB", "PRUNE_EVERY",
            "PRUNE_TO"]
 
 DEFAULT_MAX_MB = 2048
@@ -122,3 +126,38 @@ class CacheDirectory:
             total -= size
             removed += 1
         return removed
+
+
+class MemoryAndDiskCache:
+    """Values by key: the `memory_entries` most recently used in memory, every one in a CacheDirectory
+    (None: memory only). A subclass says how a value is read from the folder (`_load`) and writes it there
+    in its `put`; `hits` and `misses` count the lookups."""
+
+    def __init__(self, directory: Path | None, memory_entries: int) -> None:
+        self.directory = directory
+        self.store = CacheDirectory(directory) if directory is not None else None
+        self.memory_entries = memory_entries
+        self.memory: collections.OrderedDict = collections.OrderedDict()
+        self.hits = self.misses = 0
+
+    def lookup(self, key: str):
+        """The value under `key`, from memory or from the folder, or None."""
+        value = self.memory.get(key)
+        if value is None and self.store is not None:
+            value = self._load(key)
+        if value is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self.remember(key, value)
+        return value
+
+    def remember(self, key: str, value) -> None:
+        """Keep `value` in memory as the most recently used (dropping the least recently used beyond the bound)."""
+        self.memory[key] = value
+        self.memory.move_to_end(key)
+        while len(self.memory) > self.memory_entries:
+            self.memory.popitem(last=False)
+
+    def _load(self, key: str):
+        raise NotImplementedError

@@ -19,7 +19,6 @@ LLVM remarks are asked for (they come from running LLVM).
 """
 from __future__ import annotations
 
-import collections
 import functools
 import hashlib
 import json
@@ -28,7 +27,7 @@ import struct
 from pathlib import Path
 from typing import Callable, Sequence
 
-from tensorkiln.sdk import CacheDirectory, cache_root, caches_enabled
+from tensorkiln.sdk import MemoryAndDiskCache, cache_root, caches_enabled
 
 __all__ = ["KernelCache", "kernel_cache", "cache_key", "pack_parts", "unpack_parts", "CACHE_FORMAT"]
 
@@ -91,39 +90,25 @@ def unpack_parts(data: bytes) -> list[bytes | None]:
     return parts
 
 
-class KernelCache:
+class KernelCache(MemoryAndDiskCache):
     """Compiled modules by key: {"source", "sources", "metadata"} (plain JSON data) plus the object bytes."""
 
     def __init__(self, directory: Path | None) -> None:
-        self.directory = directory
-        self._store = CacheDirectory(directory) if directory is not None else None
-        self.memory: collections.OrderedDict[str, tuple[dict, bytes]] = collections.OrderedDict()
-        self.hits = self.misses = 0
+        super().__init__(directory, MEMORY_ENTRIES)
 
     def get(self, key: str) -> tuple[dict, bytes] | None:
-        entry = self.memory.get(key)
-        if entry is None and self.directory is not None:
-            entry = self._read(key)
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._remember(key, entry)
-        return entry
+        return self.lookup(key)
 
     def put(self, key: str, record: dict, binary: bytes) -> None:
-        self._remember(key, (record, binary))
-        if self.directory is not None:
-            self._write(key, record, binary)
+        self.remember(key, (record, binary))
+        if self.store is not None:
+            # the object first: a reader that finds the JSON finds a complete object beside it; a read-only or
+            # full disk costs the next process a compile, nothing else
+            self.store.write(f"{key}.o", binary)
+            self.store.write(f"{key}.json", json.dumps({**record, "format": CACHE_FORMAT}).encode())
 
-    def _remember(self, key: str, entry: tuple[dict, bytes]) -> None:
-        self.memory[key] = entry
-        self.memory.move_to_end(key)
-        while len(self.memory) > MEMORY_ENTRIES:
-            self.memory.popitem(last=False)
-
-    def _read(self, key: str) -> tuple[dict, bytes] | None:
-        text, binary = self._store.read(f"{key}.json"), self._store.read(f"{key}.o")
+    def _load(self, key: str) -> tuple[dict, bytes] | None:
+        text, binary = self.store.read(f"{key}.json"), self.store.read(f"{key}.o")
         if text is None or binary is None:
             return None      # absent, or half of it pruned: compile again (and write it again)
         try:
@@ -133,12 +118,6 @@ class KernelCache:
         if record.get("format") != CACHE_FORMAT:
             return None
         return record, binary
-
-    def _write(self, key: str, record: dict, binary: bytes) -> None:
-        # the object first: a reader that finds the JSON finds a complete object beside it; a read-only or
-        # full disk costs the next process a compile, nothing else
-        self._store.write(f"{key}.o", binary)
-        self._store.write(f"{key}.json", json.dumps({**record, "format": CACHE_FORMAT}).encode())
 
 
 @functools.cache
