@@ -117,8 +117,8 @@ def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[G
         configs = tuning_db.configs_for(group.function, group.target) if tuning_db is not None else None
         key = group_key(group.function, group.target, context) if cache is not None else None
         kernel = cache.get(key, group.name) if key is not None else None
-        # summary()["strategies"][name]["lowering_cache"]: "hit", "miss" (lowered here, then stored) or
-        # None (not cacheable: compiler/lowering_cache.py says when)
+        # summary()["strategies"][name]["lowering_cache"]: "hit", "miss" (lowered here, and stored if it
+        # pickles) or None (not cacheable: compiler/lowering_cache.py says when)
         outcome = None if key is None else "hit" if kernel is not None else "miss"
         if kernel is None:
             kernel = lower_group(group.function, group.name, group.target, configs, context)

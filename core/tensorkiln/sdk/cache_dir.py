@@ -20,6 +20,7 @@ vanished folder: a cache that cannot be kept costs the next compile its work, no
 """
 from __future__ import annotations
 
+import abc
 import collections
 import os
 import tempfile
@@ -128,7 +129,7 @@ class CacheDirectory:
         return removed
 
 
-class MemoryAndDiskCache:
+class MemoryAndDiskCache(abc.ABC):
     """Values by key: the `memory_entries` most recently used in memory, every one in a CacheDirectory
     (None: memory only). A subclass says how a value is read from the folder (`_load`) and writes it there
     in its `put`; `hits` and `misses` count the lookups."""
@@ -159,5 +160,6 @@ class MemoryAndDiskCache:
         while len(self.memory) > self.memory_entries:
             self.memory.popitem(last=False)
 
+    @abc.abstractmethod
     def _load(self, key: str):
-        raise NotImplementedError
+        """The value stored under `key` in `self.store` (the folder), or None when it is absent or unreadable."""

@@ -13,9 +13,10 @@ depends on:
 Hits in this process come from memory (MEMORY_ENTRIES, least recently used dropped); other
 processes read `<directory>/<key>.json` plus `<key>.o`, written atomically and kept under
 TENSORKILN_CACHE_MAX_MB (tensorkiln.sdk.CacheDirectory: the least recently used go first). The
-directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else ~/.cache/tensorkiln/cpu_llvm; TENSORKILN_KERNEL_CACHE=0 turns the cache off (and the core's
-lowering cache, which spares a compile the lowering this key needs), and it is bypassed while
-LLVM remarks are asked for (they come from running LLVM).
+directory is $TENSORKILN_CACHE_DIR/cpu_llvm, else ~/.cache/tensorkiln/cpu_llvm.
+TENSORKILN_KERNEL_CACHE=0 turns the cache off (and the core's lowering cache, which spares a
+compile the lowering this key needs), and it is bypassed while LLVM remarks are asked for (they
+come from running LLVM).
 """
 from __future__ import annotations
 
