@@ -14,7 +14,7 @@ workload). The loop nest, after BLIS (Van Zee & van de Geijn, "BLIS: A Framework
 Rapidly Instantiating BLAS Functionality"), with B packed once per call into nr-wide
 slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
 
-    parallel, dynamic: pack sliver s of B                      (one sliver per work unit)
+    parallel, dynamic: pack rows of B into slivers              (PACK_ROWS rows per work unit)
     wait until every sliver is packed (by whichever thread claimed it)
     parallel, dynamic: for each work item (row block ib, column block jb):
       for pc in K / kc:                                         # kc x nr sliver of Bp stays in L1
@@ -24,8 +24,10 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
 
 A is read where it is (rows `lda` apart), or, with `pack_a`, copied once per call into row tiles
 Ap[M / mr, K, mr] in the same parallel packing phase as B (a row tile then is one stream, not mr
-rows a page or more apart). A B read in place (`pack_b` False: few rows reuse each
-sliver) whose rows crowd one L1 set has each kc x nr sliver copied to the stack first (`copy_slivers`). Edge tiles cost almost nothing: a tile with
+rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
+run. A B read in place (`pack_b` False: few rows reuse each sliver) that is large or whose rows crowd
+one L1 set has each work item's kc x nc panel copied, a row at a time, into the thread's own buffer
+first (`pack_panels`; see _pack_panel for why rows). Edge tiles cost almost nothing: a tile with
 fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
 mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
@@ -53,6 +55,8 @@ __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
 B_LAYOUTS = ("kn", "nk", "packed")
 NUM_THREADS_GLOBAL = "tensorkiln_num_threads"   # defined by the kernel module this function is linked into
 ALIGNMENT = 64
+PACK_ROWS = 32
+"""Rows of B per packing work unit when a "kn" B is packed a row at a time (_define_pack_rows)."""
 MIN_FLOPS_PER_THREAD = 1_000_000
 """Work per thread below which a GEMM runs on fewer threads (1 MFLOP: 5-15 us on one core). Measured,
 2 threads against 1 MFLOP's predecessor 4 MFLOP, whole models, blocks of runs alternating: shufflenet
@@ -73,13 +77,15 @@ class GemmPlan:
     kc: int                # reduction block: a kc x nr sliver of Bp stays in L1
     b_layout: str = "kn"
     pack_b: bool = True    # False ("kn" only): full slivers are read from B in place, only a ragged last one is packed
-    copy_slivers: bool = False   # (B in place) each kc x nr sliver is copied to the stack before its row tiles use it
+    pack_panels: bool = False    # (B in place) each item's kc x nc panel is copied, a row at a time, before use
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
     pack_a: bool = False   # copy A once per call into row tiles Ap[M / mr, K, mr] (rows past M repeat the last)
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {B_LAYOUTS}, got {self.b_layout!r}")
+        if self.pack_panels and self.pack_b:
+            raise ValueError("pack_panels copies panels of a B read in place: it needs pack_b False")
         if not self.pack_b and self.b_layout != "kn":
             raise ValueError(f"only a row-major B (b_layout 'kn') can be read in place, not {self.b_layout!r}")
         if self.batch < 1 or (self.batch > 1 and self.b_layout == "packed"):
@@ -107,6 +113,18 @@ class GemmPlan:
         return self.slivers if self.pack_b else int(self.ragged)
 
     @property
+    def packs_by_rows(self) -> bool:
+        """Whether B is packed a unit of PACK_ROWS rows at a time (all of a "kn" B), else a sliver at a time."""
+        return self.pack_b and self.b_layout == "kn"
+
+    @property
+    def pack_units(self) -> int:
+        """Work units of one GEMM's B packing (rows or slivers; 0 when B is not packed in the parallel phase)."""
+        if not self.pack_b or self.b_layout == "packed":
+            return 0
+        return -(-self.k // PACK_ROWS) if self.packs_by_rows else self.slivers
+
+    @property
     def row_tiles(self) -> int:
         return -(-self.m // self.tile.mr)
 
@@ -114,6 +132,11 @@ class GemmPlan:
     def packed_a_floats(self) -> int:
         """Floats of one GEMM's packed A (row tiles of mr rows, each K x mr), 0 without pack_a."""
         return self.row_tiles * self.k * self.tile.mr if self.pack_a else 0
+
+    @property
+    def panel_floats(self) -> int:
+        """Floats of one thread's panel buffer (pack_panels): a kc x nc block of B as slivers."""
+        return self.kc * self.nc if self.pack_panels else 0
 
     @property
     def row_blocks(self) -> int:
@@ -134,7 +157,7 @@ class GemmPlan:
     @property
     def symbol(self) -> str:
         t = self.tile
-        mode = "" if self.pack_b else "_copied" if self.copy_slivers else "_direct"
+        mode = "" if self.pack_b else "_panels" if self.pack_panels else "_direct"
         mode += "_pa" if self.pack_a else ""
         batch = f"_g{self.batch}" if self.batch > 1 else ""
         return (f"tk_sgemm_{self.b_layout}{mode}{batch}_{self.m}x{self.n}x{self.k}"
@@ -260,6 +283,46 @@ def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     return function
 
 
+def _define_pack_rows(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
+    """pack_rows(B, ldb, out, u): out[s, k, 0:nr] = B[k, s*nr : +nr] (zero past N) for every sliver s and the rows
+    k of unit u (PACK_ROWS of them): a "kn" B packed a row at a time. Each row of B is one contiguous run that
+    the hardware prefetcher streams, where a sliver alone is K pieces of nr floats, a page or more apart once a
+    row is 4 KB long (see _pack_panel)."""
+    tile, lanes = plan.tile, plan.tile.lanes
+    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    b, ldb, out, unit = function.args
+    for pointer in (b, out):
+        pointer.add_attribute("noalias")
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    first = builder.mul(unit, I64(PACK_ROWS))
+    stop = _minimum(builder, builder.add(first, I64(PACK_ROWS)), I64(plan.k))
+    full = plan.n // tile.nr
+    zero = ir.Constant(_vector(lanes), None)
+    load = _masked(module, "load", lanes)
+    masks = [_lane_mask(builder, lanes, v * lanes, I64(plan.n - full * tile.nr)) for v in range(tile.vectors_per_row)]
+    with for_range(builder, first, stop, name="k") as k:
+        row = builder.gep(b, [builder.mul(k, ldb)], inbounds=True)
+        with for_range(builder, I64(0), I64(full), name="s") as sliver:
+            source = builder.gep(row, [builder.mul(sliver, I64(tile.nr))], inbounds=True)
+            target = builder.gep(out, [builder.add(builder.mul(sliver, I64(plan.k * tile.nr)),
+                                                   builder.mul(k, I64(tile.nr)))], inbounds=True)
+            for v in range(tile.vectors_per_row):
+                value = builder.load(_vector_pointer(builder, source, I64(v * lanes), lanes), align=4)
+                builder.store(value, _vector_pointer(builder, target, I64(v * lanes), lanes), align=ALIGNMENT)
+        if plan.ragged:
+            source = builder.gep(row, [I64(full * tile.nr)], inbounds=True)
+            target = builder.gep(out, [builder.add(I64(full * plan.k * tile.nr), builder.mul(k, I64(tile.nr)))],
+                                 inbounds=True)
+            for v in range(tile.vectors_per_row):
+                value = builder.call(load, [_vector_pointer(builder, source, I64(v * lanes), lanes), I32(4), masks[v],
+                                            zero])
+                builder.store(value, _vector_pointer(builder, target, I64(v * lanes), lanes), align=ALIGNMENT)
+    builder.ret_void()
+    return function
+
+
 def _define_pack_a(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     """pack_a(A, lda, out, t): out[k * mr + r] = A[min(t * mr + r, M - 1), k] for every k: row tile t of A,
     its rows interleaved so the micro-kernel reads one contiguous stream (rows past M repeat the last)."""
@@ -283,34 +346,35 @@ def _define_pack_a(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     return function
 
 
-def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
-                 depth: ir.Value, column: ir.Value, columns: ir.Value, sliver: ir.Value, stride: ir.Value):
-    """(sliver, stride) of a full kc x nr sliver of B copied into a stack buffer (kept otherwise): read in
-    place, rows ldb apart whose lines all fall into a few L1 sets are evicted before the next row tile
-    reads them again (see gemm_blocking.copies_slivers)."""
+def _pack_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
+                depth: ir.Value, first: ir.Value, stop: ir.Value, panel: ir.Value) -> None:
+    """panel[s - first, k, 0:nr] = B[k_start + k, s * nr : +nr] for the full slivers first <= s < stop: an item's
+    kc x nc panel of a B read in place, copied a row at a time. Each row is one contiguous run of B, which the
+    hardware prefetcher streams; a sliver alone is kc pieces of nr floats, each in its own page once a row of
+    B is 4 KB or longer, and copying it (or the micro-kernel reading it in place) waits for every line in
+    turn (measured, 1 core, AVX2, 48x4608x512: copying the slivers one by one took 3.8 of the GEMM's 8.6 ms)."""
     tile, lanes = plan.tile, plan.tile.lanes
-    buffer = alloca_in_entry(builder, F32, plan.kc * tile.nr, name="sliver", align=ALIGNMENT)
-    full = builder.icmp_signed("==", columns, I64(tile.nr))
-    with builder.if_then(full, likely=True):
-        source = builder.gep(b, [builder.add(builder.mul(k_start, ldb), column)], inbounds=True)
-        with for_range(builder, I64(0), depth, name="copy") as k:
-            row = builder.gep(source, [builder.mul(k, ldb)], inbounds=True)
+    with for_range(builder, I64(0), depth, name="panel.k") as k:
+        row = builder.gep(b, [builder.mul(builder.add(k_start, k), ldb)], inbounds=True)
+        with for_range(builder, first, stop, name="panel.s") as s:
+            source = builder.gep(row, [builder.mul(s, I64(tile.nr))], inbounds=True)
+            target = builder.gep(panel, [builder.add(builder.mul(builder.sub(s, first), I64(plan.kc * tile.nr)),
+                                                     builder.mul(k, I64(tile.nr)))], inbounds=True)
             for v in range(tile.vectors_per_row):
-                value = builder.load(_vector_pointer(builder, row, I64(v * lanes), lanes), align=4)
-                target = builder.add(builder.mul(k, I64(tile.nr)), I64(v * lanes))
-                builder.store(value, _vector_pointer(builder, buffer, target, lanes), align=ALIGNMENT)
-    return builder.select(full, buffer, sliver), builder.select(full, I64(tile.nr), stride)
+                value = builder.load(_vector_pointer(builder, source, I64(v * lanes), lanes), align=4)
+                builder.store(value, _vector_pointer(builder, target, I64(v * lanes), lanes), align=ALIGNMENT)
 
 
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
-    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate): the blocks of C of work item `index` over all
-    of K (A's row tiles read from Ap when plan.pack_a)."""
+    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel): the blocks of C of work item `index` over
+    all of K (A's row tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's
+    kc x nc floats, when plan.pack_panels)."""
     tile = plan.tile
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32]), name)
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate = function.args
+    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate, panel = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     # consecutive items share a column block: its Bp panel stays in the shared cache
     row_block = builder.urem(index, I64(plan.row_blocks))
@@ -328,6 +392,9 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
         k_start = builder.mul(pc, I64(plan.kc))
         depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
         adds = builder.select(builder.icmp_signed(">", pc, I64(0)), I32(1), accumulate)
+        if plan.pack_panels:
+            full_stop = _minimum(builder, sliver_stop, I64(plan.n // tile.nr))
+            _pack_panel(builder, plan, b, ldb, k_start, depth, sliver_start, full_stop, panel)
         with for_range(builder, sliver_start, sliver_stop, name="jr") as jr:
             column = builder.mul(jr, I64(tile.nr))
             columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
@@ -335,16 +402,16 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
                 sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
                                                       builder.mul(k_start, I64(tile.nr)))], inbounds=True)
                 sliver_stride = I64(tile.nr)
+            elif plan.pack_panels:   # full slivers from the panel, a ragged last one from the packing buffer
+                sliver = builder.gep(panel, [builder.mul(builder.sub(jr, sliver_start), I64(plan.kc * tile.nr))])
+                sliver_stride = I64(tile.nr)
             else:   # B in place; a ragged last sliver from the packing buffer
                 sliver = builder.gep(b, [builder.add(builder.mul(k_start, ldb), column)])
                 sliver_stride = ldb
-                if plan.ragged:
-                    edge = builder.icmp_signed("==", jr, I64(plan.slivers - 1))
-                    sliver = builder.select(edge, builder.gep(bp, [builder.mul(k_start, I64(tile.nr))]), sliver)
-                    sliver_stride = builder.select(edge, I64(tile.nr), ldb)
-                if plan.copy_slivers:
-                    sliver, sliver_stride = _copy_sliver(builder, plan, b, ldb, k_start, depth, column, columns,
-                                                         sliver, sliver_stride)
+            if not plan.pack_b and plan.ragged:
+                edge = builder.icmp_signed("==", jr, I64(plan.slivers - 1))
+                sliver = builder.select(edge, builder.gep(bp, [builder.mul(k_start, I64(tile.nr))]), sliver)
+                sliver_stride = builder.select(edge, I64(tile.nr), sliver_stride)
             with for_range(builder, tile_start, tile_stop, name="ir") as it:
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
@@ -360,13 +427,13 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
 
 
 _CLOSURE_FIELDS = ("A", "B", "Bp", "Ap", "C", "lda", "ldb", "ldc", "accumulate", "sa", "sb", "sc",
-                   "next_sliver", "next_item", "packed")
-_OPERAND_FIELDS = _CLOSURE_FIELDS[:12]   # the call's operands; then the shared counters
+                   "next_sliver", "next_item", "packed", "panels", "next_panel")
+_OPERAND_FIELDS = _CLOSURE_FIELDS[:12]   # the call's operands; then the shared counters and the panel buffers
 
 
 def _closure_type() -> ir.LiteralStructType:
     return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I64,
-                                 I64, I64, I32])
+                                 I64, I64, I32, F32_PTR, I64])
 
 
 def _batch_operands(builder: ir.IRBuilder, plan: GemmPlan, values: dict, g: ir.Value) -> dict:
@@ -407,7 +474,7 @@ def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: st
 
 
 def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: ir.Function | None,
-                   pack_a: ir.Function | None, name: str) -> ir.Function:
+                   pack_rows: ir.Function | None, pack_a: ir.Function | None, name: str) -> ir.Function:
     """worker(closure): take slivers of B and row tiles of A to pack, wait until every one is packed, take
     work items (each thread of the region runs it; one thread alone does all the work)."""
     function = ir.Function(module, ir.FunctionType(VOID, [PTR]), name)
@@ -416,14 +483,17 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     closure = builder.bitcast(function.args[0], _closure_type().as_pointer())
     values = {field: builder.load(_field(builder, closure, field)) for field in _OPERAND_FIELDS}
     # (B in place: the caller packed the ragged sliver, no barrier for B)
-    slivers = plan.batch * plan.packed_slivers if pack is not None and plan.pack_b else 0   # across the batch
+    slivers = plan.batch * plan.pack_units   # B's packing units across the batch
     a_tiles = plan.batch * plan.row_tiles if pack_a is not None else 0
 
     def pack_sliver(taken):
-        g, sliver = builder.udiv(taken, I64(plan.packed_slivers)), builder.urem(taken, I64(plan.packed_slivers))
+        g, unit = builder.udiv(taken, I64(plan.pack_units)), builder.urem(taken, I64(plan.pack_units))
         operands = _batch_operands(builder, plan, values, g)
-        out = builder.gep(operands["Bp"], [builder.mul(sliver, I64(plan.k * plan.tile.nr))], inbounds=True)
-        builder.call(pack, [operands["B"], values["ldb"], out, sliver])
+        if plan.packs_by_rows:
+            builder.call(pack_rows, [operands["B"], values["ldb"], operands["Bp"], unit])
+        else:
+            out = builder.gep(operands["Bp"], [builder.mul(unit, I64(plan.k * plan.tile.nr))], inbounds=True)
+            builder.call(pack, [operands["B"], values["ldb"], out, unit])
 
     def pack_a_tile(taken):
         g, row_tile = builder.udiv(taken, I64(plan.row_tiles)), builder.urem(taken, I64(plan.row_tiles))
@@ -446,11 +516,16 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
             count_done(builder, _field(builder, closure, "packed"))
         wait_until_done(builder, _field(builder, closure, "packed"), slivers + a_tiles)
     item = _define_item(module, plan, micro, f"{plan.symbol}.item")
+    panel = ir.Constant(F32_PTR, None)
+    if plan.pack_panels:   # this thread's panel buffer: one of `threads`, claimed once per region
+        slot = builder.atomic_rmw("add", _field(builder, closure, "next_panel"), I64(1), "monotonic")
+        panels = builder.load(_field(builder, closure, "panels"))
+        panel = builder.gep(panels, [builder.mul(slot, I64(plan.panel_floats))], inbounds=True)
     with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
         g, local = builder.udiv(index, I64(plan.items_per_gemm)), builder.urem(index, I64(plan.items_per_gemm))
         operands = _batch_operands(builder, plan, values, g)
         builder.call(item, [operands["A"], values["lda"], operands["B"], values["ldb"], operands["Bp"],
-                            operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"]])
+                            operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"], panel])
     builder.ret_void()
     return function
 
@@ -459,9 +534,11 @@ def sgemm_source(plan: GemmPlan) -> str:
     """LLVM IR text defining `plan.symbol` (see the module docstring)."""
     module = ir.Module(name=plan.symbol)
     micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro", plan.pack_a)
-    pack = None if plan.packed_slivers == 0 else _define_pack(module, plan, f"{plan.symbol}.pack")
+    by_sliver = plan.packed_slivers and not plan.packs_by_rows   # "nk", or the ragged sliver of a B in place
+    pack = _define_pack(module, plan, f"{plan.symbol}.pack") if by_sliver else None
+    pack_rows = _define_pack_rows(module, plan, f"{plan.symbol}.pack_rows") if plan.packs_by_rows else None
     pack_a = _define_pack_a(module, plan, f"{plan.symbol}.pack_a") if plan.pack_a else None
-    worker = _define_worker(module, plan, micro, pack, pack_a, f"{plan.symbol}.worker")
+    worker = _define_worker(module, plan, micro, pack, pack_rows, pack_a, f"{plan.symbol}.worker")
     # the strides of every dimension but the last of A, B (Bp: two) and C (the intrinsic convention)
     batched = int(plan.batch > 1)
     a_rank, b_rank, c_rank = 2 + batched, (3 if plan.b_layout == "packed" else 2) + batched, 2 + batched
@@ -482,9 +559,10 @@ def sgemm_source(plan: GemmPlan) -> str:
         releases.append(release)
         return builder.bitcast(raw, F32_PTR)
 
-    packed = b if pack is None else heap_floats(plan.packed_slivers * plan.k * plan.tile.nr, "Bp")
+    packed = b if not plan.packed_slivers else heap_floats(plan.packed_slivers * plan.k * plan.tile.nr, "Bp")
     packed_a = a if pack_a is None else heap_floats(plan.packed_a_floats, "Ap")
-    values = (a, b, packed, packed_a, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0))
+    values = (a, b, packed, packed_a, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0),
+              ir.Constant(F32_PTR, None), I64(0))
     for field, value in zip(_CLOSURE_FIELDS, values):
         builder.store(value, _field(builder, closure, field))
     if pack is not None and not plan.pack_b:   # the ragged last sliver of each B
@@ -499,6 +577,11 @@ def sgemm_source(plan: GemmPlan) -> str:
     # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
     useful = max(1, min(plan.items, 2 * plan.batch * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
+    if plan.pack_panels:   # a panel for each thread of the region (it runs on at most `threads`)
+        nbytes = builder.mul(builder.zext(threads, I64), I64(plan.panel_floats * 4))
+        raw, release = reused_heap_block(builder, nbytes, f"{plan.symbol}.panels")
+        releases.append(release)
+        builder.store(builder.bitcast(raw, F32_PTR), _field(builder, closure, "panels"))
     run_parallel(builder, worker, closure, threads)
     for release in releases:
         release()
