@@ -1,9 +1,10 @@
 """benchmarks/layers_vs_ort.py: where a model's time goes, convolution by convolution, beside onnxruntime's own profile.
 
     python benchmarks/layers_vs_ort.py resnet50 [--threads 1] [--target "cpu_llvm -mcpu=haswell"] [--repeat 15]
+    python benchmarks/layers_vs_ort.py depthwise_cnn         # or another real-world graph of models.py
 
 tensorkiln's per-kernel profile (tk.runtime.profiler, the plan run step by step) and onnxruntime's
-per-node profile (SessionOptions.enable_profiling) of the same light model, in one process. The two
+per-node profile (SessionOptions.enable_profiling) of the same model, in one process. The two
 fuse differently and name nothing alike, so convolutions are paired by what they compute: input
 size and channels, output size and channels, kernel size (a fused bias, residual or relu rides on
 the conv's row on both sides; tensorkiln's Winograd convs count as convs). Rows are sorted by the
@@ -29,6 +30,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorkiln as tk  # noqa: E402
+import real_graphs  # noqa: E402
 from models import light_model  # noqa: E402
 from ort_baseline import ort_session  # noqa: E402
 from tensorkiln.runtime.profiler import profile  # noqa: E402
@@ -93,13 +95,17 @@ def onnxruntime_convs(model, inputs, threads: int, repeat: int) -> tuple[dict, d
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("model", help="a light model: resnet50, squeezenet, densenet121, inception_v1, ...")
+    parser.add_argument("model", help="a light model (resnet50, squeezenet, densenet121, inception_v1, ...) or a "
+                                      f"real-world graph of benchmarks/models.py ({', '.join(real_graphs.NAMES)})")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--target", default="cpu_llvm")
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args(argv)
 
-    model, inputs = light_model(args.model)
+    if args.model in real_graphs.NAMES:
+        _, model, inputs = real_graphs.build(args.model)
+    else:
+        model, inputs = light_model(args.model)
     lib = tk.compile(model, target=args.target)
     tk.runtime.set_num_threads(args.threads)
     ours, our_others = tensorkiln_convs(lib, inputs, args.repeat)

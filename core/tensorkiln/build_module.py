@@ -40,6 +40,9 @@ def build(sch_or_funcs: Any, args: Sequence[Any] | None = None, target: Any = "c
     funcs = _prim_funcs(sch_or_funcs, args, name)
     resolved = resolve_target(target)
     resolved.spec.require_available()
+    if "prefetch" not in resolved.capabilities.schedule_primitives:   # a hint the target does not take
+        from .tir.passes import strip_prefetch
+        funcs = [strip_prefetch(func) for func in funcs]
     artifact = resolved.spec.emitter.emit(funcs, resolved)
     loaded = resolved.spec.loader.load(artifact, resolved)
     return Module(loaded, resolved, entry_name=name)

@@ -27,15 +27,21 @@ WRITTEN_METADATA_KEY = "written"
 
 def written_buffers(func: Any) -> tuple[str, ...]:
     """Names of the buffers a tir.PrimFunc stores into or passes by pointer (intrinsics may write
-    through it), sorted. Called by emitters at emit time."""
+    through it; a prefetch hint, tir.PREFETCH_CALL, only reads), sorted. Called by emitters at emit time."""
     from ..tir import nodes as tir
     from ..tir.visit import post_order_visit
 
     written: set[str] = set()
+    hinted: set[int] = set()
+
+    def hints(node) -> None:
+        if isinstance(node, tir.Call) and node.name == tir.PREFETCH_CALL:
+            hinted.update(id(arg) for arg in node.args)
 
     def visit(node) -> None:
-        if isinstance(node, (tir.Store, tir.BufferPointer)):
+        if isinstance(node, tir.Store) or (isinstance(node, tir.BufferPointer) and id(node) not in hinted):
             written.add(node.buffer.name)
+    post_order_visit(func.body, hints)
     post_order_visit(func.body, visit)
     return tuple(sorted(written))
 

@@ -176,6 +176,10 @@ class CSourceEmitter(Emitter):
       `vector_store`         e.g. "vstore{lanes}({value}, 0, {pointer});"
       `vector_cast`          e.g. "convert_{type}({value})"
       `vector_math`          whether math functions take vector types (OpenCL); False = lane by lane
+    Memory hints:
+      `prefetch_statement`   e.g. "prefetch({pointer}, {count});" for tir.PREFETCH_CALL (te's Stage.prefetch:
+                             `count` elements of a buffer parameter from `pointer` are read soon); None =
+                             the hint is left out
     Math:
       `math_functions`       te name -> template with {0}, {1}, ... and {f} for the float suffix
       `float_suffix`         dtype -> suffix of float math functions ("float32": "f")
@@ -205,6 +209,8 @@ class CSourceEmitter(Emitter):
     storage_type_names: dict[str, str] = {"bool": "uint8_t"}
     int_literal_suffix: dict[str, str] = {"int64": "LL", "uint64": "ULL", "uint32": "U"}
     vector_lanes: tuple[int, ...] = ()   # lane counts with a native vector type; () = none
+
+    prefetch_statement: str | None = None   # None: prefetch hints are left out
 
     # --- functions and parameters ---------------------------------------------------------
     kernel_prefix = "void"
@@ -527,15 +533,8 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
                 "written": sorted(self.written), "shared_bytes": self.shared_bytes}
 
     def _written_buffers(self) -> set[str]:
-        written: set[str] = set()
-
-        def visit(node):
-            if isinstance(node, tir.Store):
-                written.add(node.buffer.name)
-            elif isinstance(node, tir.BufferPointer):   # intrinsics may write through pointers
-                written.add(node.buffer.name)
-        post_order_visit(self.func.body, visit)
-        return written
+        from .arg_checks import written_buffers   # stores, and pointers passed to intrinsics (not prefetches)
+        return set(written_buffers(self.func))
 
     def _collect_launch(self, body: tir.Stmt) -> None:
         def visit(node):
@@ -593,7 +592,13 @@ class _KernelWriter(StmtFunctor, ExprFunctor):
             self.visit_stmt(child)
 
     def visit_Evaluate(self, s: tir.Evaluate) -> None:
-        if not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
+        if isinstance(s.value, tir.Call) and s.value.name == tir.PREFETCH_CALL:
+            # kernel parameters only: an intermediate may live in private memory, which has no prefetch
+            if self.d.prefetch_statement is not None and any(p.name == s.value.args[0].buffer.name
+                                                            for p in self.func.params):
+                pointer, count = (_strip(self.expr(arg)) for arg in s.value.args)
+                self.line(self.d.prefetch_statement.format(pointer=pointer, count=count))
+        elif not isinstance(s.value, (tir.IntImm, tir.FloatImm)):
             self.line(f"{self.expr(s.value)};")
 
     def visit_IfThenElse(self, s: tir.IfThenElse) -> None:

@@ -39,12 +39,13 @@ _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 SCHEDULE_PRIMITIVES = (
     "split", "fuse", "reorder", "tile", "unroll", "vectorize", "parallel", "compute_at",
     "compute_inline", "compute_root", "bind", "pragma", "storage_align", "tensorize",
-    "cache_read", "cache_write",
+    "cache_read", "cache_write", "prefetch",
     # spatial (FPGA HLS) primitives: loop pipelining and the memory of a dataflow design
     "pipeline", "loop_tripcount", "partition", "stream", "dataflow",
 )
 SPATIAL_PRIMITIVES = ("pipeline", "loop_tripcount", "partition", "stream", "dataflow")
-"""Primitives a target claims only by listing them: the default claim leaves them (and bind) out."""
+"""Primitives a target claims only by listing them: the default claim leaves them (and bind and prefetch, whose
+hint an emitter must turn into its own instruction) out."""
 MEMORY_SCOPES = ("global", "shared", "local")
 DEVICE_KINDS = ("cpu", "gpu", "fpga", "accelerator", "simulator")
 
@@ -122,7 +123,7 @@ class Capabilities(_Strict):
     memory_scopes: tuple[str, ...] = ("global",)
     thread_axes: tuple[str, ...] = Field(default=(), description="bindable axes, e.g. 'blockIdx.x', 'threadIdx.x'")
     schedule_primitives: tuple[str, ...] = tuple(p for p in SCHEDULE_PRIMITIVES
-                                                 if p != "bind" and p not in SPATIAL_PRIMITIVES)
+                                                 if p not in ("bind", "prefetch") and p not in SPATIAL_PRIMITIVES)
     concurrent_kernels: bool = Field(default=False, description="independent kernels may run at the same time")
     export_library: bool = Field(default=False, description="compiled modules can be written as a loadable library")
     alias_buffers: bool = Field(default=False, description="a group that only reshapes may run no kernel, its output "

@@ -55,12 +55,13 @@ class FuseRelation:
 
 @dataclass
 class IterAttr:
-    """What a leaf loop becomes: kind, thread binding, pragmas, tensorize."""
+    """What a leaf loop becomes: kind, thread binding, pragmas, tensorize, prefetches."""
 
     kind: n.ForKind = n.ForKind.SERIAL
     thread_tag: str | None = None
     pragmas: list = field(default_factory=list)
     tensorize: object = None
+    prefetches: list = field(default_factory=list)   # (input tensor, offset in iterations)
 
 
 class Stage:
@@ -354,6 +355,35 @@ class Stage:
             raise self._error("pragma", f"key {key!r} must be a non-empty string", iv)
         self._attr(iv).pragmas.append((key, value))
         self._record(tr.Pragma(self.name, iv.name, key, value))
+
+    def prefetch(self, tensor, axis, offset: int = 1) -> None:
+        """At the top of each iteration of loop `axis`, ask the memory system for the part of `tensor` this
+        stage reads `offset` iterations later (TVM's Stage.prefetch), so it arrives while this iteration
+        computes:
+
+            ko, ki = s[C].split(k, factor=64)
+            s[C].prefetch(A, ko, 1)     # A's rows and columns of the next ko block
+
+        `tensor` is one of the stage's inputs, kept in global memory. The region is what the loops
+        inside `axis` read of it (interval bounds of its indices, clamped to the tensor), issued as one
+        prefetch per contiguous run of its last dimension; the target emits a cache-line prefetch
+        instruction per line (cpu_llvm: llvm.prefetch, OpenCL: prefetch()). It is a hint: results do
+        not change, and a target that does not claim the "prefetch" primitive builds the schedule
+        without it."""
+        iv = self._axis(axis, "prefetch")
+        if self.is_extern:
+            raise self._error("prefetch", "an extern stage's body builds its own loops; prefetch inside its "
+                              "body instead", iv)
+        if not isinstance(tensor, Tensor) or not any(t.op is tensor.op and t.value_index == tensor.value_index
+                                                     for t in self.op.input_tensors):
+            inputs = ", ".join(self.schedule.name_of(t) for t in self.op.input_tensors) or "none"
+            raise self._error("prefetch", f"{tensor!r} is not an input tensor of the stage (its inputs: "
+                              f"{inputs})", iv)
+        if _as_int(offset) is None or offset == 0:
+            raise self._error("prefetch", f"offset={to_python(offset)!r} must be a nonzero integer (iterations "
+                              "ahead)", iv)
+        self._attr(iv).prefetches.append((tensor, int(offset)))
+        self._record(tr.Prefetch(self.name, self.schedule.name_of(tensor), iv.name, int(offset)))
 
     def storage_align(self, axis, factor: int, offset: int) -> None:
         """Pad the allocated buffer so the stride of `axis`'s dimension is k * factor + offset."""

@@ -461,6 +461,9 @@ class ScheduleLowering:
                 return innermost()
             iv = leaves[p]
             inner = self._attach_producers(stage, iv, build(p + 1))
+            attr = stage.iter_attrs.get(iv)
+            if attr is not None and attr.prefetches:
+                inner = n.SeqStmt((*self._prefetches(info, root_map, leaves, p, attr), inner))
             for guard in guards_at.get(p, ()):
                 inner = n.IfThenElse(guard, inner)
             loop = self._loop(stage, iv, info.iv_extent[iv], inner)
@@ -474,6 +477,57 @@ class ScheduleLowering:
         for guard in guards_at.get(-1, ()):
             stmt = n.IfThenElse(guard, stmt)
         return stmt
+
+    def _prefetches(self, info: _StageInfo, root_map: dict, leaves, p: int, attr) -> list[n.Stmt]:
+        """Stage.prefetch at loop leaves[p]: for each (tensor, offset), what the loops inside it read of the
+        tensor in iteration (leaf + offset), as interval bounds per dimension (every read of the stage's body
+        together), clamped to the tensor; one `prefetch(address, elements)` call per contiguous run of its
+        last dimension, in loops over the others."""
+        iv = leaves[p]
+        if attr.kind is n.ForKind.VECTORIZED:
+            raise ScheduleError(f"prefetch on stage {info.stage.name}, axis {iv.name}: the axis is vectorized; "
+                                "prefetch at a loop outside the vectorized one")
+        body = info.body
+        exprs = [body.source, *([body.condition] if body.condition is not None else [])] \
+            if isinstance(body, Reduce) else [body]
+        inner = {leaf.var: (n.IntImm("int32", 0), n.IntImm("int32", info.iv_extent[leaf] - 1))
+                 for leaf in leaves[p + 1:]}
+        stmts = []
+        for tensor, offset in attr.prefetches:
+            reads: list[TensorRead] = []
+
+            def find(x, tensor=tensor, reads=reads):
+                if isinstance(x, TensorRead) and x.tensor.op is tensor.op \
+                        and x.tensor.value_index == tensor.value_index:
+                    reads.append(x)
+                return None
+            for expr in exprs:
+                rewrite(expr, pre=find)
+            ahead = n.Add(iv.var, n.IntImm("int32", offset))
+            env = {**inner, iv.var: (ahead, ahead)}
+            bounds = []
+            for d, extent in enumerate(tensor.shape):
+                last = n.IntImm("int32", int(extent) - 1)
+                spans = [interval(self._lower_reads(read.indices[d], root_map), env) for read in reads]
+                if not spans or any(span is None for span in spans):   # data-dependent: the whole dimension
+                    spans = [(n.IntImm("int32", 0), last)]
+                lo, hi = spans[0]
+                for other in spans[1:]:
+                    lo, hi = n.Min(lo, other[0]), n.Max(hi, other[1])
+                bounds.append((simplify_expr(n.Max(lo, n.IntImm("int32", 0))), simplify_expr(n.Min(hi, last))))
+            buffer, _ = self.address(tensor, [n.IntImm("int32", 0)] * len(bounds))
+            counters = [n.Var(f"{info.stage.name}.prefetch{d}", "int32") for d in range(len(bounds) - 1)]
+            first = [n.Add(lo, v) for (lo, _), v in zip(bounds, counters)] + [bounds[-1][0]]
+            (lo, hi) = bounds[-1]
+            count = simplify_expr(n.Add(n.Sub(hi, lo), n.IntImm("int32", 1)))
+            call = n.Evaluate(n.Call("void", n.PREFETCH_CALL,
+                                     (n.BufferPointer(buffer, self.address(tensor, first)[1]), count)))
+            stmt: n.Stmt = n.IfThenElse(n.LT(n.IntImm("int32", 0), count), call)
+            for v, (lo, hi) in reversed(list(zip(counters, bounds))):
+                stmt = n.For(v, n.IntImm("int32", 0), simplify_expr(n.Add(n.Sub(hi, lo), n.IntImm("int32", 1))),
+                             n.ForKind.SERIAL, stmt)
+            stmts.append(stmt)
+        return stmts
 
     def _init_nest(self, info, reduce_at, limit, guards_at, output_index) -> n.Stmt:
         stage = info.stage

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .schedule import Schedule
 
 __all__ = ["Record", "Split", "Fuse", "Reorder", "Tile", "Unroll", "Vectorize", "Parallel",
-           "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "StorageAlign",
+           "ComputeAt", "ComputeInline", "ComputeRoot", "Bind", "Pragma", "Prefetch", "StorageAlign",
            "Tensorize", "CacheRead", "CacheWrite", "SetScope", "RFactor", "Pipeline", "LoopTripcount", "Partition", "Stream",
            "Dataflow", "BindParallelLoops", "replay", "to_json", "from_json"]
 
@@ -215,6 +215,17 @@ class Pragma(Record):
 
 
 @dataclass(frozen=True)
+class Prefetch(Record):
+    stage: str
+    tensor: str
+    axis: str
+    offset: int = 1
+
+    def apply(self, s):
+        return s[self.stage].prefetch(s.tensor_by_name(self.tensor), self.axis, self.offset)
+
+
+@dataclass(frozen=True)
 class StorageAlign(Record):
     stage: str
     axis: str
@@ -293,7 +304,7 @@ class BindParallelLoops(Record):
 
 _RECORD_TYPES: dict[str, type] = {cls.__name__: cls for cls in (
     Split, Fuse, Reorder, Tile, Unroll, Vectorize, Parallel, ComputeAt, ComputeInline, ComputeRoot, Bind,
-    Pragma, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, RFactor, Pipeline, LoopTripcount, Partition, Stream,
+    Pragma, Prefetch, StorageAlign, Tensorize, CacheRead, CacheWrite, SetScope, RFactor, Pipeline, LoopTripcount, Partition, Stream,
     Dataflow, BindParallelLoops)}
 
 

@@ -24,6 +24,7 @@ __all__ = [
     "Not", "Select", "Cast", "Reinterpret", "Load", "Ramp", "Broadcast", "Call", "BufferPointer", "Buffer",
     "Stmt", "Store", "ForKind", "For", "SeqStmt", "IfThenElse", "Allocate", "LetStmt", "Evaluate",
     "Barrier", "CommCombiner", "ThreadAllReduce", "PrimFunc", "const", "as_expr", "NO_OP", "TENSOR_INTRINSICS_ATTR",
+    "PREFETCH_CALL",
 ]
 
 
@@ -422,6 +423,10 @@ NO_OP = SeqStmt(())
 Param = Union[Buffer, Var]
 
 TENSOR_INTRINSICS_ATTR = "tensor_intrinsics"
+PREFETCH_CALL = "prefetch"
+"""`Evaluate(Call("void", PREFETCH_CALL, (BufferPointer(buffer, first), elements)))`: a hint (te's
+Stage.prefetch) that `elements` contiguous elements from `first` will be read soon. An emitter asks the
+memory system for their cache lines, or drops the call; it never changes a result."""
 """PrimFunc attribute holding the tensor intrinsics its `Call`s name: a tuple of
 `te.TensorIntrin` (anything with `.name` and `.implementations`). Written by tensorize
 lowering, read through `PrimFunc.tensor_intrinsics()` by every emitter and the interpreter."""

@@ -40,6 +40,7 @@ import llvmlite.binding as llvm
 import llvmlite.ir as ir
 
 from tensorkiln import tir
+from tensorkiln.ir.dtypes import dtype_of
 from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk import Artifact, Emitter, signature_of
 from tensorkiln.sdk.arg_checks import WRITTEN_METADATA_KEY
@@ -47,7 +48,7 @@ from tensorkiln.sdk.intrinsic_impl import ExternImpl, SourceImpl, implementation
 from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_THREADS_SYMBOL, metadata_json
 
 from .abi import emit_packed_function, impl_function
-from .cgutils import I32, I64, declare, value_type
+from .cgutils import I32, I64, PTR, declare, for_range, value_type
 from .gc_pause import collector_paused
 from .host import MachineConfig, machine_config, target_machine
 from .kernel_cache import cache_key, kernel_cache, pack_parts, unpack_parts
@@ -92,6 +93,25 @@ class IntrinsicLinker:
         raise CompileError(f"cpu_llvm: call to unknown function or intrinsic {name!r}; math functions are "
                            f"exp, log, sqrt, ...; intrinsics registered for {self.target}: {known}")
 
+    def _prefetch(self, builder: ir.IRBuilder, call: tir.Call, pointer: ir.Value, count: ir.Value) -> None:
+        """Stage.prefetch's hint: llvm.prefetch (a read, kept in every cache level) of each cache line of the
+        `count` elements from `pointer`, and of the line of the last one (the run need not start a line)."""
+        from .host import cache_sizes
+
+        element = dtype_of(call.args[0].buffer.dtype).bytes
+        line = cache_sizes(self.target).line_bytes
+        prefetch = declare(builder.module, "llvm.prefetch.p0i8", ir.VoidType(), [PTR, I32, I32, I32])
+        nbytes = builder.mul(builder.sext(count, I64) if count.type != I64 else count, I64(element))
+
+        def fetch(offset: ir.Value) -> None:
+            builder.call(prefetch, [builder.gep(pointer, [offset]), I32(0), I32(3), I32(1)])
+        lines = builder.udiv(builder.add(nbytes, I64(line - 1)), I64(line))
+        with for_range(builder, I64(0), lines, name="prefetch") as index:
+            fetch(builder.mul(index, I64(line)))
+        with builder.if_then(builder.icmp_signed(">", nbytes, I64(0))):
+            fetch(builder.sub(nbytes, I64(1)))
+        return None
+
     def _coerce(self, builder: ir.IRBuilder, args: list[ir.Value]) -> list[ir.Value]:
         coerced = []
         for position, value in enumerate(args):
@@ -105,6 +125,8 @@ class IntrinsicLinker:
         return coerced
 
     def __call__(self, builder: ir.IRBuilder, call: tir.Call, args: list[ir.Value]) -> ir.Value:
+        if call.name == tir.PREFETCH_CALL:
+            return self._prefetch(builder, call, *args)
         intrin = self._find(call.name)
         impl = implementation_for(intrin, self.target)
         if impl is None:
@@ -142,7 +164,7 @@ def written_buffers(func: tir.PrimFunc) -> tuple[str, ...]:
     def visit(node) -> None:
         if isinstance(node, tir.Store):
             written.add(node.buffer.name)
-        elif isinstance(node, tir.Call):
+        elif isinstance(node, tir.Call) and node.name != tir.PREFETCH_CALL:   # a prefetch only reads
             pointers = [a for a in node.args if isinstance(a, tir.BufferPointer)]
             if pointers:
                 written.add(pointers[-1].buffer.name)

@@ -148,6 +148,7 @@ class CacheSizes:
     l2: int
     l3: int
     l1d_ways: int = 8
+    line_bytes: int = 64   # the L1 data cache's line: what one prefetch instruction brings in
 
     @property
     def l1d_way_bytes(self) -> int:
@@ -180,7 +181,7 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
     import glob
     import os
 
-    found, ways = {}, DEFAULT_CACHES.l1d_ways
+    found, ways, line = {}, DEFAULT_CACHES.l1d_ways, DEFAULT_CACHES.line_bytes
     for index in sorted(glob.glob(os.path.join(root, "index*"))):
         try:
             with open(os.path.join(index, "level")) as level, open(os.path.join(index, "type")) as kind, \
@@ -194,10 +195,12 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
                 try:
                     with open(os.path.join(index, "ways_of_associativity")) as associativity:
                         ways = int(associativity.read().strip()) or ways
+                    with open(os.path.join(index, "coherency_line_size")) as line_size:
+                        line = int(line_size.read().strip()) or line
                 except (OSError, ValueError):
                     pass
     return CacheSizes(l1d=found.get(1, DEFAULT_CACHES.l1d), l2=found.get(2, DEFAULT_CACHES.l2),
-                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)), l1d_ways=ways)
+                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)), l1d_ways=ways, line_bytes=line)
 
 
 def cache_sizes(target) -> CacheSizes:
@@ -215,7 +218,7 @@ def cache_sizes(target) -> CacheSizes:
     ways = target.options.get("l1_ways")
     if ways is not None and int(ways) <= 0:
         raise TargetError(f"cpu_llvm option -l1_ways={ways}: the L1 associativity must be a positive number of ways")
-    return CacheSizes(**sizes, l1d_ways=int(ways) if ways else host.l1d_ways)
+    return CacheSizes(**sizes, l1d_ways=int(ways) if ways else host.l1d_ways, line_bytes=host.line_bytes)
 
 
 def cpu_facts(target) -> CpuFacts:

@@ -67,6 +67,7 @@ class OpenCLEmitter(CSourceEmitter):
     parallel_pragma = None                    # a work-item runs PARALLEL loops serially
     unroll_pragma = "#pragma unroll"
 
+    prefetch_statement = "prefetch({pointer}, {count});"   # OpenCL C 1.0 built-in: into the global cache
     vector_load = "vload{lanes}(0, {pointer})"
     vector_store = "vstore{lanes}({value}, 0, {pointer});"
     vector_cast = "convert_{type}({value})"

@@ -167,6 +167,19 @@ def _compute_root(target, gpu):
     return s, [a, b], ref
 
 
+def _prefetch(target, gpu):
+    from ... import te
+    a, b, ref = _row_sum()
+    s = te.create_schedule(b.op)
+    (i,) = b.op.axis
+    outer, inner = s[b].split(i, factor=4)
+    s[b].prefetch(a, outer, 1)   # the next 4 rows: past the last block the region is empty
+    s[b].prefetch(a, inner, -1)  # the row before (none before the first row of the tensor)
+    if gpu:
+        _bind(s, b, outer, inner)
+    return s, [a, b], ref
+
+
 def _storage_align(target, gpu):
     from ... import te
     a, p, b, ref = _two_stage()
@@ -221,6 +234,7 @@ SCHEDULES: dict[str, Callable] = {
     "vectorize": _annotated("vectorize"), "parallel": _annotated("parallel"), "compute_at": _compute_at,
     "compute_inline": _compute_inline, "compute_root": _compute_root, "bind": _bind_primitive,
     "pragma": _pragma, "storage_align": _storage_align, "cache_read": _cache_read, "cache_write": _cache_write,
+    "prefetch": _prefetch,
 }
 """Schedule primitive -> a small schedule using it: (target, is_gpu) -> (schedule, tensors, numpy reference)."""
 
