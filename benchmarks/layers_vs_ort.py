@@ -122,8 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{size:>4}x{size:<3}x{channels:<4} {out_size:>4}x{out_size:<3}x{out_channels:<4} {kernel:>2} "
               f"{n:>3}/{m:<3} {ms:11.3f} {reference:12.3f} {ratio}")
     conv_ms, conv_reference = sum(r[4] for r in rows), sum(r[5] for r in rows)
-    print(f"convolutions: tensorkiln {conv_ms:.2f} ms, onnxruntime {conv_reference:.2f} ms "
-          f"({conv_ms / conv_reference:.2f}x)")
+    if conv_reference:
+        print(f"convolutions: tensorkiln {conv_ms:.2f} ms, onnxruntime {conv_reference:.2f} ms "
+              f"({conv_ms / conv_reference:.2f}x)")
     for side, others in (("tensorkiln", our_others), ("onnxruntime", their_others)):
         listed = ", ".join(f"{op} {ms:.2f}" for op, ms in sorted(others.items(), key=lambda kv: -kv[1])[:8])
         print(f"everything else, {side}: {sum(others.values()):.2f} ms ({listed})")

@@ -25,10 +25,11 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
 A is read where it is (rows `lda` apart), or, with `pack_a`, copied once per call into row tiles
 Ap[M / mr, K, mr] in the same parallel packing phase as B (a row tile then is one stream, not mr
 rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
-run. A B read in place (`pack_b` False: few rows reuse each sliver) that is large or whose rows crowd
-one L1 set has each work item's kc x nc panel copied, a row at a time, into the thread's own buffer
-first (`pack_panels`; see _pack_panel for why rows). Edge tiles cost almost nothing: a tile with
-fewer than mr rows reads its missing rows from the last valid one and stores only the
+run. A B read in place (`pack_b` False: few rows reuse each sliver) that is larger than half of L2 has
+each work item's kc x nc panel copied, a row at a time, into the thread's own buffer first
+(`pack_panels`; see _pack_panel for why rows); a smaller one whose rows crowd one L1 set has each
+kc x nr sliver copied to the stack just before its row tiles (`copy_slivers`). Edge tiles cost
+almost nothing: a tile with fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
 mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
 slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
@@ -78,14 +79,17 @@ class GemmPlan:
     b_layout: str = "kn"
     pack_b: bool = True    # False ("kn" only): full slivers are read from B in place, only a ragged last one is packed
     pack_panels: bool = False    # (B in place) each item's kc x nc panel is copied, a row at a time, before use
+    copy_slivers: bool = False   # (B in place, no panels) each kc x nr sliver is copied to the stack before use
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
     pack_a: bool = False   # copy A once per call into row tiles Ap[M / mr, K, mr] (rows past M repeat the last)
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
             raise ValueError(f"b_layout must be one of {B_LAYOUTS}, got {self.b_layout!r}")
-        if self.pack_panels and self.pack_b:
-            raise ValueError("pack_panels copies panels of a B read in place: it needs pack_b False")
+        if (self.pack_panels or self.copy_slivers) and self.pack_b:
+            raise ValueError("pack_panels and copy_slivers copy a B read in place: they need pack_b False")
+        if self.pack_panels and self.copy_slivers:
+            raise ValueError("pack_panels and copy_slivers are two ways to copy B: choose one")
         if not self.pack_b and self.b_layout != "kn":
             raise ValueError(f"only a row-major B (b_layout 'kn') can be read in place, not {self.b_layout!r}")
         if self.batch < 1 or (self.batch > 1 and self.b_layout == "packed"):
@@ -157,7 +161,7 @@ class GemmPlan:
     @property
     def symbol(self) -> str:
         t = self.tile
-        mode = "" if self.pack_b else "_panels" if self.pack_panels else "_direct"
+        mode = "" if self.pack_b else "_panels" if self.pack_panels else "_copied" if self.copy_slivers else "_direct"
         mode += "_pa" if self.pack_a else ""
         batch = f"_g{self.batch}" if self.batch > 1 else ""
         return (f"tk_sgemm_{self.b_layout}{mode}{batch}_{self.m}x{self.n}x{self.k}"
@@ -365,6 +369,26 @@ def _pack_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Valu
                 builder.store(value, _vector_pointer(builder, target, I64(v * lanes), lanes), align=ALIGNMENT)
 
 
+def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
+                 depth: ir.Value, column: ir.Value, columns: ir.Value, sliver: ir.Value, stride: ir.Value):
+    """(sliver, stride) of a full kc x nr sliver of B copied into a stack buffer (kept otherwise): read in
+    place, rows ldb apart whose lines all fall into a few L1 sets are evicted before the next row tile
+    reads them again (see gemm_blocking.crowds_l1_sets). The copy is in L1 when its row tiles read it;
+    a B in L2 is copied so (a panel, copied long before, would be read from L2)."""
+    tile, lanes = plan.tile, plan.tile.lanes
+    buffer = alloca_in_entry(builder, F32, plan.kc * tile.nr, name="sliver", align=ALIGNMENT)
+    full = builder.icmp_signed("==", columns, I64(tile.nr))
+    with builder.if_then(full, likely=True):
+        source = builder.gep(b, [builder.add(builder.mul(k_start, ldb), column)], inbounds=True)
+        with for_range(builder, I64(0), depth, name="copy") as k:
+            row = builder.gep(source, [builder.mul(k, ldb)], inbounds=True)
+            for v in range(tile.vectors_per_row):
+                value = builder.load(_vector_pointer(builder, row, I64(v * lanes), lanes), align=4)
+                target = builder.add(builder.mul(k, I64(tile.nr)), I64(v * lanes))
+                builder.store(value, _vector_pointer(builder, buffer, target, lanes), align=ALIGNMENT)
+    return builder.select(full, buffer, sliver), builder.select(full, I64(tile.nr), stride)
+
+
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
     """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel): the blocks of C of work item `index` over
     all of K (A's row tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's
@@ -412,6 +436,9 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
                 edge = builder.icmp_signed("==", jr, I64(plan.slivers - 1))
                 sliver = builder.select(edge, builder.gep(bp, [builder.mul(k_start, I64(tile.nr))]), sliver)
                 sliver_stride = builder.select(edge, I64(tile.nr), sliver_stride)
+            if plan.copy_slivers:
+                sliver, sliver_stride = _copy_sliver(builder, plan, b, ldb, k_start, depth, column, columns,
+                                                     sliver, sliver_stride)
             with for_range(builder, tile_start, tile_stop, name="ir") as it:
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))

@@ -62,10 +62,10 @@ def _check(module, m, n, k, dense=False):
     # enough work (> 2 x MIN_FLOPS_PER_THREAD) for the 2-thread runs to fork a team
     (131, 150, 270, "llvm -mcpu=haswell", False, {"kc": 64, "mc": 24, "nc": 32}),
     (131, 150, 270, "llvm", True, None),
-    # in place with rows 4 KB apart: panels copied (gemm_blocking.crowds_l1_sets), K blocks
-    (30, 1024, 200, "llvm -mcpu=haswell -l1_cache=32K -l1_ways=8", False, {"pack_b": False, "kc": 64}),
+    # in place with rows 4 KB apart: slivers copied to the stack (gemm_blocking.crowds_l1_sets), K blocks
+    (30, 1024, 200, "llvm -mcpu=haswell -l1_cache=32K -l1_ways=8 -l2_cache=64M", False, {"pack_b": False, "kc": 64}),
     # 4160 B apart, 512 rows over a 4-way L1: 8 rows a set, copied; the ragged last sliver (nr 32) from the buffer
-    (9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", False, {"pack_b": False, "kc": 512}),
+    (9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4 -l2_cache=64M", False, {"pack_b": False, "kc": 512}),
     # B larger than half of L2: panels of several column items, K blocks, a ragged last sliver, 2 threads
     (20, 700, 500, "llvm -l2_cache=256K", False, {"pack_b": False, "kc": 128}),
     (45, 333, 260, "llvm -mcpu=haswell -l2_cache=128K", False, {"pack_b": False, "kc": 64, "mc": 24}),
@@ -111,7 +111,7 @@ def _build_batch(g, m, n, k, target_text, config=None):
     (4, 68, 196, 68, "llvm", {"pack_b": True, "mc": 32}),  # every B packed, slivers numbered across the batch
     (3, 37, 45, 29, "llvm", None),
     (5, 131, 150, 270, "llvm -mcpu=haswell", {"kc": 64, "mc": 24, "nc": 32}),   # 2 threads share the batch
-    (2, 9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4", {"pack_b": False, "kc": 512}),   # panels copied
+    (2, 9, 1040, 600, "llvm -l1_cache=16K -l1_ways=4 -l2_cache=64M", {"pack_b": False, "kc": 512}),  # copied
     (3, 20, 500, 300, "llvm -l2_cache=256K", {"pack_b": False, "kc": 128}),             # panels of a large B
     (3, 37, 45, 290, "llvm", {"pack_a": True, "kc": 64}),                 # row tiles numbered across the batch
     (3, 70, 100, 64, "llvm -mcpu=haswell", {"pack_a": True, "pack_b": True, "mc": 24}),
@@ -132,9 +132,10 @@ def test_a_batch_of_gemms_is_one_call(g, m, n, k, target, config):
 @pytest.mark.parametrize("n, kc, ways, copies", [(1024, 344, 12, True), (4096, 176, 12, True), (512, 384, 12, True),
                                                  (1000, 344, 12, False), (4000, 344, 12, False), (1040, 64, 8, False),
                                                  (1040, 512, 4, True)])
-def test_panels_are_copied_when_their_rows_crowd_one_l1_set_or_b_outgrows_l2(n, kc, ways, copies):
+def test_b_is_copied_in_panels_when_it_outgrows_l2_else_slivers_when_its_rows_crowd_one_l1_set(n, kc, ways, copies):
     """crowds_l1_sets against a count of the rows of a kc-row sliver in each set of a 4 KB-way L1; a B read in
-    place is copied into panels when they crowd, or when B is more than half of L2, whatever its rows."""
+    place is copied into panels when it is more than half of L2, whatever its rows, else a sliver at a time
+    when its rows crowd."""
     from tensorkiln_cpu_llvm.strategies.gemm_blocking import crowds_l1_sets
 
     caches = cache_sizes(tk.target(f"llvm -l1_cache={4 * ways}K -l1_ways={ways}"))
@@ -143,7 +144,8 @@ def test_panels_are_copied_when_their_rows_crowd_one_l1_set_or_b_outgrows_l2(n, 
     for l2, large in (("64M", False), ("256K", True)):   # B is kc x n: 0.25-2.8 MB
         plan = gemm_plan(64, n, kc, tk.target(f"llvm -mcpu=haswell -l1_cache={4 * ways}K -l1_ways={ways} "
                                               f"-l2_cache={l2}"), {"pack_b": False, "kc": kc}, "kn")
-        assert plan.pack_panels == (copies or large) and ("_panels_" in plan.symbol) == plan.pack_panels
+        assert plan.pack_panels == large and ("_panels_" in plan.symbol) == large
+        assert plan.copy_slivers == (copies and not large) and ("_copied_" in plan.symbol) == plan.copy_slivers
 
 
 def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():

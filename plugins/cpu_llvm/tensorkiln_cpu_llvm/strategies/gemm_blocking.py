@@ -14,7 +14,7 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
-  of L2 or its rows crowd an L1 set: packs_panels);
+  of L2: packs_panels; else each sliver copied to the stack where its rows crowd an L1 set);
 - pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
   split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
@@ -213,20 +213,23 @@ def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int 
     kc = int(config.get("kc", default["kc"]))
     pack_a = bool(config.get("pack_a", _packs_a(m, n, k, tile, target))) and k > 0
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
-                    pack_panels=not pack_b and packs_panels(n, k, kc, cache_sizes(target)), batch=batch,
-                    pack_a=pack_a)
+                    pack_panels=not pack_b and packs_panels(n, k, cache_sizes(target)),
+                    copy_slivers=not pack_b and not packs_panels(n, k, cache_sizes(target))
+                    and crowds_l1_sets(n, kc, cache_sizes(target)), batch=batch, pack_a=pack_a)
 
 
-def packs_panels(n: int, k: int, kc: int, caches) -> bool:
+def packs_panels(n: int, k: int, caches) -> bool:
     """Whether a B read in place is copied into panels first (sgemm._pack_panel: each work item's kc x nc block,
     a row at a time), rather than read by the micro-kernel where it lies. When B is larger than half of L2 it
     comes from memory, where a sliver's rows, a page or more apart, arrive one miss at a time while the panel's
-    rows stream; a smaller B is read from L2 in place, unless its rows crowd the L1 sets (crowds_l1_sets).
+    rows stream. A smaller B is read from L2 in place, or, where its rows crowd the L1 sets (crowds_l1_sets),
+    copied a sliver at a time just before use: a GPT block (64 tokens, 256 features, its B 0.25-1 MB) ran
+    1.02-1.03x slower with panels there, whose copy is read from L2 rather than L1.
     Measured, 1 core, Sapphire Rapids (KVM), each sliver copied alone (the rule before) against panels: AVX2
     48x4608x512 0.63 -> 0.82x numpy, 64x4096x1024 0.71 -> 0.89x; in place (no copy) against panels: AVX2
     49x512x4608 0.66-0.80 -> 0.79-0.87x, 64x4096x1024 0.32 -> 0.89x, AVX-512 49x512x4608 1.09 -> 1.36x,
     64x4096x1024 0.45 -> 1.26x; but a B in L2 loses: 64x256x1024 1.01 -> 0.92x, 16x512x512 0.94 -> 0.85x."""
-    return k * n * 4 > caches.l2 // 2 or crowds_l1_sets(n, kc, caches)
+    return k * n * 4 > caches.l2 // 2
 
 
 def crowds_l1_sets(n: int, kc: int, caches) -> bool:
