@@ -239,14 +239,22 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool =
     return function
 
 
-def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
-    """pack(B, ldb, out, s): out[k, 0:nr] = B[k, s*nr : +nr] (zero past N) for every k: sliver s of B."""
-    tile, lanes = plan.tile, plan.tile.lanes
+def _packing_function(module: ir.Module, name: str) -> tuple[ir.Function, ir.IRBuilder]:
+    """An internal `void name(float* source, i64 stride, float* out, i64 unit)` copying part of an operand
+    into a packing buffer (source and out never overlap), and a builder at its entry."""
     function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
+    for pointer in (function.args[0], function.args[2]):
+        pointer.add_attribute("noalias")
+    return function, ir.IRBuilder(function.append_basic_block("entry"))
+
+
+def _define_pack(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
+    """pack(B, ldb, out, s): out[k, 0:nr] = B[k, s*nr : +nr] (zero past N) for every k: sliver s of B."""
+    tile, lanes = plan.tile, plan.tile.lanes
+    function, builder = _packing_function(module, name)
     b, ldb, out, sliver = function.args
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
     column = builder.mul(sliver, I64(tile.nr))
     columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
     zero = ir.Constant(_vector(lanes), None)
@@ -293,13 +301,8 @@ def _define_pack_rows(module: ir.Module, plan: GemmPlan, name: str) -> ir.Functi
     the hardware prefetcher streams, where a sliver alone is K pieces of nr floats, a page or more apart once a
     row is 4 KB long (see _pack_panel)."""
     tile, lanes = plan.tile, plan.tile.lanes
-    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
+    function, builder = _packing_function(module, name)
     b, ldb, out, unit = function.args
-    for pointer in (b, out):
-        pointer.add_attribute("noalias")
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
     first = builder.mul(unit, I64(PACK_ROWS))
     stop = _minimum(builder, builder.add(first, I64(PACK_ROWS)), I64(plan.k))
     full = plan.n // tile.nr
@@ -331,13 +334,8 @@ def _define_pack_a(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
     """pack_a(A, lda, out, t): out[k * mr + r] = A[min(t * mr + r, M - 1), k] for every k: row tile t of A,
     its rows interleaved so the micro-kernel reads one contiguous stream (rows past M repeat the last)."""
     mr = plan.tile.mr
-    function = ir.Function(module, ir.FunctionType(VOID, [F32_PTR, I64, F32_PTR, I64]), name)
-    function.linkage = "internal"
-    function.attributes.add("nounwind")
+    function, builder = _packing_function(module, name)
     a, lda, out, row_tile = function.args
-    for pointer in (a, out):
-        pointer.add_attribute("noalias")
-    builder = ir.IRBuilder(function.append_basic_block("entry"))
     first = builder.mul(row_tile, I64(mr))
     rows = [builder.gep(a, [builder.mul(_minimum(builder, builder.add(first, I64(r)), I64(plan.m - 1)), lda)],
                         inbounds=True) for r in range(mr)]
