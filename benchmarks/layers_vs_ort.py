@@ -52,16 +52,17 @@ def tensorkiln_convs(lib, inputs, repeat: int) -> tuple[dict, dict]:
         weight = plan.values[kernel.inputs[1]].shape
         out = plan.values[kernel.outputs[0]].shape
         # a Winograd weight is (a, a, K/nb, C, nb): its tile, not the 3x3 kernel, comes first
-        size = 3 if "nn.conv2d_winograd" in kernel.ops else _kernel_size(weight, data[3])
-        convs[(data[1], data[3], out[1], out[3], size)].append(step.seconds * 1e3)
+        size = 3 if "nn.conv2d_winograd" in kernel.ops else _kernel_size(weight, out[3])
+        depthwise = len(weight) == 4 and weight[2] == 1 and weight[3] == out[3] == data[3] > 1   # HWIO, I = 1
+        convs[(data[1], data[3], out[1], out[3], f"{size}{'dw' if depthwise else ''}")].append(step.seconds * 1e3)
     return convs, others
 
 
-def _kernel_size(weight: tuple, in_channels: int) -> int:
-    """The kernel's height from a weight in HWIO (h, w, C, K), OHWI{n}o (K/n, h, w, C, n) or OIHW."""
+def _kernel_size(weight: tuple, out_channels: int) -> int:
+    """The kernel's height from a weight in HWIO (h, w, C/g, K), OHWI{n}o (K/n, h, w, C, n) or OIHW."""
     if len(weight) == 5:
         return int(weight[1])
-    return int(weight[0]) if weight[2] == in_channels else int(weight[2])
+    return int(weight[0]) if weight[3] == out_channels else int(weight[2])
 
 
 def onnxruntime_convs(model, inputs, threads: int, repeat: int) -> tuple[dict, dict]:
@@ -89,7 +90,8 @@ def onnxruntime_convs(model, inputs, threads: int, repeat: int) -> tuple[dict, d
             continue
         data, weight = (list(shape.values())[0] for shape in args["input_type_shape"][:2])
         out = list(args["output_type_shape"][0].values())[0]
-        convs[(data[2], data[1], out[2], out[1], weight[2])].append(ms)   # NCHW, weight OIHW
+        depthwise = weight[1] == 1 and weight[0] == data[1] == out[1] > 1   # OIHW with C/g = 1
+        convs[(data[2], data[1], out[2], out[1], f"{weight[2]}{'dw' if depthwise else ''}")].append(ms)
     return convs, others
 
 
@@ -112,14 +114,14 @@ def main(argv: list[str] | None = None) -> int:
     theirs, their_others = onnxruntime_convs(model, inputs, args.threads, args.repeat)
 
     print(f"{args.model}, {args.threads} thread(s), {args.target}; ms per model run, summed over the layers of each shape")
-    print(f"{'input':>12} {'output':>12} {'k':>2} {'layers':>7} {'tensorkiln':>11} {'onnxruntime':>12} {'ratio':>6}")
+    print(f"{'input':>12} {'output':>12} {'k':>3} {'layers':>7} {'tensorkiln':>11} {'onnxruntime':>12} {'ratio':>6}")
     rows = []
     for key in set(ours) | set(theirs):
         ms, reference = sum(ours.get(key, ())), sum(theirs.get(key, ()))
         rows.append((ms - reference, key, len(ours.get(key, ())), len(theirs.get(key, ())), ms, reference))
     for lost, (size, channels, out_size, out_channels, kernel), n, m, ms, reference in sorted(rows, reverse=True):
         ratio = f"{ms / reference:6.2f}" if reference else "     -"
-        print(f"{size:>4}x{size:<3}x{channels:<4} {out_size:>4}x{out_size:<3}x{out_channels:<4} {kernel:>2} "
+        print(f"{size:>4}x{size:<3}x{channels:<4} {out_size:>4}x{out_size:<3}x{out_channels:<4} {kernel:>3} "
               f"{n:>3}/{m:<3} {ms:11.3f} {reference:12.3f} {ratio}")
     conv_ms, conv_reference = sum(r[4] for r in rows), sum(r[5] for r in rows)
     if conv_reference:
