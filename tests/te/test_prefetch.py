@@ -190,3 +190,12 @@ def test_bad_prefetches_are_clear_errors():
     s[c].prefetch(b, j, 1)
     with pytest.raises(ScheduleError, match="prefetch on stage C, axis j: the axis is vectorized; prefetch at a loop outside"):
         te.lower(s, [a, b, c])
+    x = te.placeholder((M, N), name="X")
+    doubled = te.compute((M, N), lambda i, j: x[i, j] * 2.0, name="D")
+    out = te.compute((M, N), lambda i, j: doubled[i, j] + 1.0, name="E")
+    s = te.create_schedule(out.op)
+    s[doubled].compute_inline()
+    s[out].prefetch(doubled, out.op.axis[0], 1)
+    with pytest.raises(ScheduleError, match="prefetch on stage E, axis i: D is computed inlined; prefetch a "
+                                            "placeholder or a stage computed at the root"):
+        te.lower(s, [x, out])

@@ -494,6 +494,13 @@ class ScheduleLowering:
                  for leaf in leaves[p + 1:]}
         stmts = []
         for tensor, offset in attr.prefetches:
+            producer = self.schedule.stage_map.get(tensor.op)
+            if producer is not None and (producer.attach_type != "root" or producer.scope != "global"):
+                where = "inlined" if producer.attach_type == "inline" else \
+                    f"in {producer.scope} memory" if producer.attach_type == "root" else "inside another loop nest"
+                raise ScheduleError(f"prefetch on stage {info.stage.name}, axis {iv.name}: {tensor.op.name} is "
+                                    f"computed {where}; prefetch a placeholder or a stage computed at the root in "
+                                    "global memory")
             reads: list[TensorRead] = []
 
             def find(x, tensor=tensor, reads=reads):
@@ -503,13 +510,15 @@ class ScheduleLowering:
                 return None
             for expr in exprs:
                 rewrite(expr, pre=find)
+            if not reads:   # read only by stages attached inside the loop: nothing of this stage's to ask for
+                continue
             ahead = n.Add(iv.var, n.IntImm("int32", offset))
             env = {**inner, iv.var: (ahead, ahead)}
             bounds = []
             for d, extent in enumerate(tensor.shape):
                 last = n.IntImm("int32", int(extent) - 1)
                 spans = [interval(self._lower_reads(read.indices[d], root_map), env) for read in reads]
-                if not spans or any(span is None for span in spans):   # data-dependent: the whole dimension
+                if any(span is None for span in spans):   # data-dependent: the whole dimension
                     spans = [(n.IntImm("int32", 0), last)]
                 lo, hi = spans[0]
                 for other in spans[1:]:
