@@ -518,13 +518,29 @@ def _simplify_int(e, bounds):
 _LEAVES = frozenset({n.IntImm, n.FloatImm, n.Var, n.StringImm})
 
 
-def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
-    """Simplify an expression bottom-up (see the module docstring)."""
+class SimplifyMemo:
+    """What simplify_expr calls under the same bounds share: each node's simplified form (rewrite's
+    memo) and the nodes already simplified. The statements of one loop body read the same
+    subexpressions (an unrolled tile's rows share the weight index), each simplified once."""
+
+    __slots__ = ("rewritten", "settled")
+
+    def __init__(self) -> None:
+        self.rewritten: dict[int, tuple] = {}
+        self.settled: dict[int, n.PrimExpr] = {}
+
+
+def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None, memo: SimplifyMemo | None = None) -> n.PrimExpr:
+    """Simplify an expression bottom-up (see the module docstring).
+
+    `memo`: shared by calls with the same `bounds` (tir/passes/simplify.py keeps one per loop body)."""
     bounds = bounds or {}
+    memo = memo or SimplifyMemo()
     # Nodes already simplified (kept alive, so their ids stay theirs): when a rule builds a new
     # node over simplified children, only the new part is simplified again. Re-walking the
     # whole subtree after every rule made deep index expressions quadratic (a third of compile time).
-    settled: dict[int, n.PrimExpr] = {}
+    settled = memo.settled
+    rewritten = memo.rewritten
 
     def keep_settled(z):
         return z if settled.get(id(z)) is z else None
@@ -550,15 +566,16 @@ def simplify_expr(e: n.PrimExpr, bounds: Bounds | None = None) -> n.PrimExpr:
         # selects over a matrix's rows cost the taken row, not every row.
         if not isinstance(x, n.Select):
             return None
-        condition = rewrite(x.condition, pre=taken_branch, post=post)
+        condition = rewrite(x.condition, pre=taken_branch, post=post, memo=rewritten)
         taken = uniform_value(condition)
         if taken is not None:
-            return rewrite(x.true_value if taken else x.false_value, pre=taken_branch, post=post)
+            return rewrite(x.true_value if taken else x.false_value, pre=taken_branch, post=post, memo=rewritten)
         # both branches stay: built here on the condition simplified above, not simplified twice
-        branches = (rewrite(value, pre=taken_branch, post=post) for value in (x.true_value, x.false_value))
+        branches = (rewrite(value, pre=taken_branch, post=post, memo=rewritten)
+                    for value in (x.true_value, x.false_value))
         return post(n.Select(condition, *branches))
     try:
-        return rewrite(e, pre=taken_branch, post=post)
+        return rewrite(e, pre=taken_branch, post=post, memo=rewritten)
     finally:
         del taken_branch   # it refers to itself through its closure: no cycle left for the GC (tir/visit.py)
 

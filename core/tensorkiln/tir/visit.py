@@ -69,14 +69,19 @@ def _rebuilt(node, changes: dict):
 Visitor = Callable[[object], object | None]
 
 
-def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None):
+def rewrite(node, pre: Visitor | None = None, post: Visitor | None = None, memo: dict | None = None):
     """Rewrite a tree of exprs/stmts.
 
     `pre(node)` runs before the children: a non-None result replaces the node and is
     not visited further. `post(node)` runs after the children were rewritten: a
     non-None result replaces the (rebuilt) node.
+
+    `memo` (id(node) -> (node, result)): results kept from earlier rewrites with the same
+    `pre` and `post`, which this one reuses and adds to (a subtree shared by several trees is
+    rewritten once); by default each call has its own.
     """
-    memo: dict[int, object] = {}
+    if memo is None:
+        memo = {}
     walked, node_types = _WALKED, (n.PrimExpr, n.Stmt)
 
     def visit(node):
