@@ -16,7 +16,7 @@ import llvmlite.ir as ir
 
 from tensorkiln.ir.dtypes import dtype_of
 
-__all__ = ["I1", "I8", "I32", "I64", "VOID", "PTR", "scalar_type", "value_type", "memory_type", "const_of", "lanes_of", "element_type", "splat",
+__all__ = ["I1", "I8", "I32", "I64", "VOID", "PTR", "scalar_type", "value_type", "memory_type", "const_of", "lanes_of", "element_type", "splat", "splat_constant", "undef_vector",
            "for_range", "if_then", "loop_metadata", "alloca_in_entry", "declare", "reused_heap_block", "run_parallel",
            "team_size", "count_done", "wait_until_done"]
 
@@ -63,14 +63,42 @@ def element_type(llvm_type: ir.Type) -> ir.Type:
     return llvm_type.element if isinstance(llvm_type, ir.VectorType) else llvm_type
 
 
+class _ShortVectorConstant(ir.Constant):
+    """A vector constant written in LLVM's short forms (`undef`, `zeroinitializer`, `splat (T v)`)
+    rather than element by element: llvmlite writes each lane (32 lanes of a broadcast: about 700
+    characters, formatted in Python, then parsed again by LLVM; a quarter of a convolution's IR
+    text). `constant` keeps the lanes, which llvmlite's own checks read (shufflevector's mask)."""
+
+    def __init__(self, vector_type: ir.VectorType, lanes, text: str) -> None:
+        super().__init__(vector_type, lanes)
+        self._text = text
+
+    def _get_reference(self) -> str:
+        return self._text
+
+
+def undef_vector(vector_type: ir.VectorType) -> ir.Constant:
+    return _ShortVectorConstant(vector_type, ir.Undefined, "undef")
+
+
+def splat_constant(value: ir.Constant, lanes: int) -> ir.Constant:
+    """A constant vector of `lanes` copies of the scalar constant `value`."""
+    vector_type = ir.VectorType(value.type, lanes)
+    if isinstance(value.constant, (int, float)) and not isinstance(value.constant, bool) and value.constant == 0 \
+            and not (isinstance(value.constant, float) and str(value.constant).startswith("-")):
+        return _ShortVectorConstant(vector_type, [value] * lanes, "zeroinitializer")
+    if value.constant is ir.Undefined:
+        return undef_vector(vector_type)
+    return _ShortVectorConstant(vector_type, [value] * lanes, f"splat ({value})")
+
+
 def splat(builder: ir.IRBuilder, value: ir.Value, lanes: int) -> ir.Value:
     """A vector of `lanes` copies of the scalar `value` (a constant vector for constants)."""
     if isinstance(value, ir.Constant):
-        return ir.Constant(ir.VectorType(value.type, lanes), [value] * lanes)
+        return splat_constant(value, lanes)
     vector_type = ir.VectorType(value.type, lanes)
-    single = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, I32(0))
-    return builder.shuffle_vector(single, ir.Constant(vector_type, ir.Undefined),
-                                  ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+    single = builder.insert_element(undef_vector(vector_type), value, I32(0))
+    return builder.shuffle_vector(single, undef_vector(vector_type), splat_constant(I32(0), lanes))
 
 
 def const_of(dtype: str, value) -> ir.Constant:
