@@ -11,9 +11,14 @@ import llvmlite.ir as ir
 from tensorkiln import tir
 from tensorkiln.ir.dtypes import dtype_of, with_lanes
 from tensorkiln.ir.errors import CompileError
+from tensorkiln.tir.visit import expr_key
 
 from .cgutils import I1, I32, I64, PTR, const_of, declare, element_type, lanes_of, memory_type, splat, value_type
 from .math_calls import MATH_NAMES, emit_math_call
+
+_INDEX_ARITHMETIC = frozenset({tir.Add, tir.Sub, tir.Mul, tir.Div, tir.FloorDiv, tir.FloorMod, tir.Min, tir.Max})
+_INDEX_LEAVES = frozenset({tir.IntImm, tir.Var})
+_INDEX_DTYPES = frozenset({"int32", "int64"})
 
 __all__ = ["ExprCodegen"]
 
@@ -33,11 +38,48 @@ class ExprCodegen(tir.ExprFunctor):
         self.non_negative_vars: set[int] = set()   # ids of the loop and let variables known to be >= 0
         self.buffers: dict[tir.Buffer, ir.Value] = {}
         self._index_depth = 0     # > 0 while an element index is emitted (`index_value`)
+        # Integer arithmetic of loop and let variables already emitted in the current basic block, by
+        # structure (`_reused`): the statements of a loop body compute the same index terms (the rows
+        # of an unrolled register tile all read one weight index), and emitting each once makes less
+        # IR for Python to build and print and for LLVM to parse and clean up.
+        self._emitted: dict[tuple, ir.Value] = {}
+        self._emitted_block = None
+        self._pure: dict[int, tuple] = {}
 
     # -- entry point ------------------------------------------------------------------------
 
     def expr(self, node: tir.PrimExpr) -> ir.Value:
+        if type(node) in _INDEX_ARITHMETIC and node.dtype in _INDEX_DTYPES and self._is_index_arithmetic(node):
+            return self._reused(node)
         return self.visit_expr(node)
+
+    def forget_emitted(self) -> None:
+        """Drop the reusable values: a variable is (re)bound, so values computed from it may be stale."""
+        self._emitted.clear()
+
+    def _is_index_arithmetic(self, node) -> bool:
+        """Whether `node` is integer arithmetic of constants and variables only (no load, no call)."""
+        known = self._pure.get(id(node))
+        if known is None:
+            pure = all(type(child) in _INDEX_LEAVES or (type(child) in _INDEX_ARITHMETIC
+                                                       and self._is_index_arithmetic(child))
+                       for child in (node.a, node.b))
+            known = self._pure[id(node)] = (node, pure)   # the node is kept: its id stays its own
+        return known[1]
+
+    def _reused(self, node) -> ir.Value:
+        """`node`'s value, emitted once per basic block (values of another block may not dominate this one)."""
+        block = self.builder.block
+        if block is not self._emitted_block:
+            self._emitted.clear()
+            self._emitted_block = block
+        key = (expr_key(node), self._index_depth > 0)   # `nsw` only inside an index (_int_flags)
+        value = self._emitted.get(key)
+        if value is None:
+            value = self.visit_expr(node)
+            if self.builder.block is block:   # it emitted no branch: its value is defined in this block
+                self._emitted[key] = value
+        return value
 
     def visit_default(self, node) -> None:
         if isinstance(node, tir.Stmt):

@@ -76,6 +76,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
 
     def visit_LetStmt(self, node: tir.LetStmt) -> None:
         self.vars[node.var] = self.expr(node.value)
+        self.forget_emitted()
         with self._sign_known(node.var, node.value):
             try:
                 self.stmt(node.body)
@@ -198,6 +199,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
             with self._sign_known(node.loop_var, node.min):
                 for step in range(node.extent.value):
                     self.vars[node.loop_var] = self.builder.add(start, ir.Constant(start.type, step))
+                    self.forget_emitted()
                     self.stmt(node.body)
             del self.vars[node.loop_var]
             return
@@ -215,6 +217,7 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
         with self._sign_known(node.loop_var, node.min), \
                 for_range(self.builder, start, self.builder.add(start, extent), metadata, name=node.loop_var.name) as i:
             self.vars[node.loop_var] = i
+            self.forget_emitted()
             self.stmt(node.body)
         del self.vars[node.loop_var]
 
