@@ -71,3 +71,39 @@ def test_vector_copies_with_tails_match_numpy(dtype, shapes, axis):
         lib = tk.compile(graph.call("concatenate", *params, axis=axis), target)
         assert _strategies(lib) == ["cpu_llvm.concat_copy"]
         np.testing.assert_array_equal(lib(*arrays), np.concatenate(arrays, axis))
+
+
+def test_rows_are_memcpy_calls_the_light_pipeline_and_a_constant_part_stays_read_only():
+    """Each chunk is one emitter.COPY_CALL (llvm.memcpy), which keeps the kernel on the light pipeline; a
+    constant part of the concatenation is its source only, so it is not reported as written (the loader
+    would refuse a read-only weight for it)."""
+    from tensorkiln_cpu_llvm.emitter import COPY_CALL, _pipeline_class, written_buffers
+    from tensorkiln.tir.visit import post_order_visit
+
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((1, 7, 7, 40), dtype=np.float32)
+    weight = rng.standard_normal((1, 7, 7, 24), dtype=np.float32)
+    model = graph.call("concatenate", graph.var("x", shape=x.shape), graph.const(weight), axis=3)
+    emitted = []
+    from tensorkiln_cpu_llvm import emitter
+
+    original = emitter.LLVMEmitter.emit
+
+    def emit(self, funcs, target):
+        funcs = list(funcs)
+        emitted.extend(funcs)
+        return original(self, funcs, target)
+    emitter.LLVMEmitter.emit = emit
+    try:
+        lib = tk.compile(model, "llvm -num_threads=1")
+    finally:
+        emitter.LLVMEmitter.emit = original
+    np.testing.assert_array_equal(lib(x), np.concatenate([x, weight], 3))
+    (func,) = [f for f in emitted if "concatenate" in f.name]
+    calls, stores = [], []
+    post_order_visit(func.body, lambda node: calls.append(node) if getattr(node, "name", None) == COPY_CALL else
+                     stores.append(node) if type(node).__name__ == "Store" else None)
+    assert len(calls) == 2 and not stores   # a chunk of each part per row, in the loop over the 49 rows
+    assert _pipeline_class(func) == "light"
+    output = func.params[-1].name
+    assert written_buffers(func) == (output,)

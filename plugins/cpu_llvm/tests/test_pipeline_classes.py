@@ -66,8 +66,8 @@ def test_chunks_of_one_class_each_and_the_same_output_as_serial(monkeypatch, squ
         kernels.setdefault((job.light, job.vectorize), []).extend(names)
     assert not kernels.get((True, False))                     # light chunks are vectorized by LLVM
     vectorized = kernels[(False, False)]
-    # (concat_copy writes whole vectors too, strategies/concat.py; so does the head's global pool, a mean
-    # over H and W accumulating a vector of channels)
+    # (so does the head's global pool, a mean over H and W accumulating a vector of channels; concat_copy's
+    # memcpy calls are light, emitter.COPY_CALL)
     assert vectorized and all(name.startswith(("fused_nn_conv2d", "fused_nn_max_pool2d", "fused_concatenate",
                                                "fused_reshape_mean")) for name in vectorized)
     assert any(name.startswith("fused_nn_conv2d") for name in vectorized)
