@@ -12,7 +12,8 @@ starts (the pool does not wait for it), so the region is not as slow as its slow
 thread (a static split was: 2 threads slower than 1 on a loaded machine), and the chunks
 shrink towards the end, so the threads finish within an iteration or two of each
 other (fixed chunks of an eighth of the loop left a thread idle for up to an
-eighth of each region at 2 threads).
+eighth of each region at 2 threads). The claiming is one function per module
+(`_claim_function`), called once per chunk.
 The closure holds every variable and buffer pointer in scope, so the body sees
 what it saw before outlining; allocations inside the body are per thread.
 """
@@ -289,31 +290,56 @@ class FunctionCodegen(ExprCodegen, tir.StmtFunctor):
 
     @contextlib.contextmanager
     def _dynamic_chunks(self, counter: ir.Value, extent: ir.Value, loop_type: ir.Type):
-        """Yields (first iteration, count) of each chunk this thread claims from the shared `counter` (guided)."""
+        """Yields (first iteration, count) of each chunk this thread claims from the shared `counter` (guided),
+        through the module's one `_claim_function`."""
         builder = self.builder
-        threads = team_size(builder)
-        if loop_type != I32:
-            threads = builder.sext(threads, loop_type)
-        one = ir.Constant(loop_type, 1)
-        pieces = builder.mul(threads, ir.Constant(loop_type, GUIDED_DIVISOR))
-        if_one = builder.icmp_signed("==", threads, one)   # one thread: the whole range at once
-        whole = builder.select(builder.icmp_signed("<", extent, one), one, extent)
+        claim = _claim_function(self.module, loop_type)
+        count_slot = alloca_in_entry(builder, loop_type, name="chunk.count")
         function = builder.function
         take = function.append_basic_block("chunk.take")
         run = function.append_basic_block("chunk.run")
         done = function.append_basic_block("chunk.done")
         builder.branch(take)
         builder.position_at_end(take)
-        # the size comes from a plain read of the counter: a stale read only sizes one chunk from an older
-        # count; the atomic add decides which iterations this thread gets, and the count is clamped below
-        claimed = builder.load_atomic(counter, "monotonic", align=loop_type.width // 8)
-        chunk = builder.sdiv(builder.sub(extent, claimed), pieces)
-        chunk = builder.select(builder.icmp_signed("<", chunk, one), one, chunk)
-        chunk = builder.select(if_one, whole, chunk)
-        first = builder.atomic_rmw("add", counter, chunk, "monotonic")
+        first = builder.call(claim, [counter, extent, count_slot])
         builder.cbranch(builder.icmp_signed("<", first, extent), run, done)
         builder.position_at_end(run)
-        remaining = builder.sub(extent, first)
-        yield first, builder.select(builder.icmp_signed("<", chunk, remaining), chunk, remaining)
+        yield first, builder.load(count_slot)
         builder.branch(take)
         builder.position_at_end(done)
+
+
+def _claim_function(module: ir.Module, loop_type: ir.Type) -> ir.Function:
+    """`T tk_claim_chunk_iN(T* counter, T extent, T* count)`: the first iteration of the next chunk of a parallel
+    loop the calling thread claims (`extent` or more: none is left), its size in `*count`. One per module
+    and index width, not inlined: written into each parallel loop, the claiming code made LLVM optimise and
+    compile a loop nest around every parallel loop's own (about 15 ms per kernel on the 2-core host, most of
+    a concatenation's or an elementwise kernel's compile)."""
+    name = f"tk_claim_chunk_i{loop_type.width}"
+    if name in module.globals:
+        return module.globals[name]
+    function = ir.Function(module, ir.FunctionType(loop_type, [loop_type.as_pointer(), loop_type,
+                                                               loop_type.as_pointer()]), name)
+    function.linkage = "internal"
+    function.attributes.add("nounwind")
+    function.attributes.add("noinline")
+    counter, extent, count_slot = function.args
+    builder = ir.IRBuilder(function.append_basic_block("entry"))
+    threads = team_size(builder)
+    if loop_type != I32:
+        threads = builder.sext(threads, loop_type)
+    one = ir.Constant(loop_type, 1)
+    pieces = builder.mul(threads, ir.Constant(loop_type, GUIDED_DIVISOR))
+    if_one = builder.icmp_signed("==", threads, one)   # one thread: the whole range at once
+    whole = builder.select(builder.icmp_signed("<", extent, one), one, extent)
+    # the size comes from a plain read of the counter: a stale read only sizes one chunk from an older
+    # count; the atomic add decides which iterations this thread gets, and the count is clamped below
+    claimed = builder.load_atomic(counter, "monotonic", align=loop_type.width // 8)
+    chunk = builder.sdiv(builder.sub(extent, claimed), pieces)
+    chunk = builder.select(builder.icmp_signed("<", chunk, one), one, chunk)
+    chunk = builder.select(if_one, whole, chunk)
+    first = builder.atomic_rmw("add", counter, chunk, "monotonic")
+    remaining = builder.sub(extent, first)
+    builder.store(builder.select(builder.icmp_signed("<", chunk, remaining), chunk, remaining), count_slot)
+    builder.ret(first)
+    return function

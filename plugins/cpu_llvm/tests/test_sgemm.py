@@ -263,12 +263,14 @@ def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
     (strategy,) = [s for s in lib.summary()["strategies"].values()
                    if s["strategy"] in ("cpu_llvm.dense_ukernel", "cpu_llvm.matmul_ukernel")]
     assert strategy["config"]["pack_a"] is True
+    before = tk.runtime.get_num_threads()
     for threads in (1, 2):
         tk.runtime.set_num_threads(threads)
         try:
             got = lib.run({"x": x})[0]
         finally:
-            tk.runtime.set_num_threads(0)
+            tk.runtime.set_num_threads(0)        # the modules loaded so far back to all cores
+            tk.runtime.set_num_threads(before)   # and no override left for later ones (their -num_threads)
         np.testing.assert_allclose(got, np.maximum(x @ w.T + bias, 0), rtol=1e-4, atol=1e-3)
 
 
