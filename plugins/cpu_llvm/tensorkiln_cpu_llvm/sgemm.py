@@ -204,6 +204,16 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool =
         row_pointers = [builder.gep(a, [builder.mul(_minimum(builder, I64(r), last_row), lda)], inbounds=True)
                         for r in range(mr)]
     zero = ir.Constant(_vector(lanes), None)
+    # C's tile is read and written only after the k loop, its rows ldc apart (an L1 set each when ldc is a
+    # multiple of 4 KB): asked for now (a write, kept in every level), the lines arrive while the loop runs.
+    # Measured, AVX2, 1 core, one process alternating: 1024^3 0.87-0.88 -> 0.88-0.90x numpy, 196x256x2304
+    # 0.91 -> 0.91-0.92x, 64x4096x1024 0.91-0.92 -> 0.93-0.94x
+    prefetch = declare(module, "llvm.prefetch.p0i8", VOID, [ir.IntType(8).as_pointer(), I32, I32, I32])
+    for r in range(mr):
+        row = builder.gep(c, [builder.mul(ldc, I64(r))])
+        for column in sorted({0, tile.nr - 1}):   # the tile row's first and last line
+            address = builder.bitcast(builder.gep(row, [I64(column)]), ir.IntType(8).as_pointer())
+            builder.call(prefetch, [address, I32(1), I32(3), I32(1)])
     # A in place: the next row tile of the sliver is prefetched while this one computes (ukernels.next_tile_rows)
     finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1,
                                prefetch=None if a_packed else next_tile_rows(builder, a, lda, depth, tile))

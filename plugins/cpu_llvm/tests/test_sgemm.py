@@ -282,6 +282,17 @@ def test_the_micro_kernel_prefetches_the_next_row_tile_only_when_it_reads_a_in_p
     for pack_a, expected in ((False, True), (True, False)):
         plan = gemm_plan(3136, 48, 256, target, {"pack_a": pack_a}, "kn")
         source = sgemm_source(plan)
-        assert ("llvm.prefetch" in source) is expected
+        # llvm.prefetch(address, read 0 / write 1, locality 3, data 1): A's are reads, C's tile writes
+        assert ("i32 0, i32 3, i32 1)" in source) is expected
+        assert "i32 1, i32 3, i32 1)" in source
     module, _ = _build(3136 // 4 + 3, 24, 256, "llvm -mcpu=haswell", config={"pack_a": False})
     _check(module, 3136 // 4 + 3, 24, 256)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7, 9, 13])
+def test_k_loop_unrolled_by_four_with_any_remainder(k):
+    """ukernels.accumulate_over_k steps K_UNROLL k at a time, then one at a time: every depth below,
+    at and past a multiple of four gives numpy's product, A packed or in place, B packed or in place."""
+    for config in ({"pack_a": True, "pack_b": True}, {"pack_a": False, "pack_b": False}):
+        module, _ = _build(13, 40, k, "llvm -mcpu=haswell", config=config)
+        _check(module, 13, 40, k)
