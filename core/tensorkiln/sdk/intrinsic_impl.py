@@ -38,12 +38,16 @@ class SourceImpl(IntrinsicImpl):
     """A function given as source text in the target's language, compiled into each module using it.
 
     `language` is "llvm" (LLVM IR text) for cpu_llvm, "c" or "opencl" for C-style
-    plugins. `code` defines `symbol` (and may define private helpers).
+    plugins. `code` defines `symbol` (and may define private helpers). `vectorized`: the code
+    holds its own vector instructions (a hand-vectorized micro-kernel), so a target's compiler
+    may skip its auto-vectorizers and loop unrolling on the kernels that call it (cpu_llvm does
+    when the calling kernel's own stores are vector stores too: emitter.explicitly_vectorized).
     """
 
     language: str
     code: str
     symbol: str
+    vectorized: bool = False
 
 
 @dataclass(frozen=True)

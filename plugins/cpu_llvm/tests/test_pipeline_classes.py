@@ -29,6 +29,33 @@ def _lowered(tensors, vectorize: bool, name: str):
     return te.lower(schedule, list(tensors), name=name)
 
 
+def _tensorized_gemm(hand_vectorized: bool):
+    """C = A @ B as one call of cpu_llvm's whole-GEMM intrinsic, its LLVM source marked hand-vectorized or not."""
+    import dataclasses
+
+    from tensorkiln_cpu_llvm.strategies import gemm_blocking
+
+    plan = gemm_blocking.gemm_plan(16, 24, 32, tk.target("llvm -mcpu=haswell"), {}, "kn")
+    intrin = gemm_blocking.sgemm_intrinsic(plan)
+    impl = intrin.implementations["cpu_llvm"]
+    assert impl.vectorized
+    intrin = dataclasses.replace(intrin, implementations={
+        "cpu_llvm": dataclasses.replace(impl, vectorized=hand_vectorized)})
+    a, b = te.placeholder((16, 32), name="A"), te.placeholder((32, 24), name="B")
+    k = te.reduce_axis((0, 32), name="k")
+    c = te.compute((16, 24), lambda i, j: te.sum(a[i, k] * b[k, j], axis=k), name="C")
+    schedule = te.create_schedule([c.op])
+    schedule[c].tensorize(c.op.axis[0], intrin)
+    return te.lower(schedule, [a, b, c], name="gemm")
+
+
+def test_a_kernel_calling_hand_vectorized_source_is_explicitly_vectorized():
+    """A tensor intrinsic's LLVM source marked vectorized (SourceImpl.vectorized) keeps its kernel in the
+    explicitly vectorized class; one that is not (LLVM's vectorizers may be what makes it fast) does not."""
+    assert explicitly_vectorized(_tensorized_gemm(True))
+    assert not explicitly_vectorized(_tensorized_gemm(False))
+
+
 def test_explicitly_vectorized_means_every_store_is_a_vector_store():
     a, b = te.placeholder((16, 32), name="a"), te.placeholder((16, 32), name="b")
     add = te.compute((16, 32), lambda i, j: a[i, j] + b[i, j], name="add")
@@ -68,9 +95,12 @@ def test_chunks_of_one_class_each_and_the_same_output_as_serial(monkeypatch, squ
     vectorized = kernels[(False, False)]
     # (so does the head's global pool, a mean over H and W accumulating a vector of channels; concat_copy's
     # memcpy calls are light, emitter.COPY_CALL)
+    # the classifier's matmul is one call of the hand-vectorized whole GEMM (SourceImpl.vectorized) and a
+    # vectorized epilogue
     assert vectorized and all(name.startswith(("fused_nn_conv2d", "fused_nn_max_pool2d", "fused_concatenate",
-                                               "fused_reshape_mean")) for name in vectorized)
+                                               "fused_reshape_mean", "fused_nn_matmul")) for name in vectorized)
     assert any(name.startswith("fused_nn_conv2d") for name in vectorized)
+    assert any(name.startswith("fused_nn_matmul") for name in vectorized)
     assert "fused_layout_transform" in kernels[(False, True)]    # scalar stores: LLVM may vectorize
     assert all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
                for name in kernels[(True, True)])

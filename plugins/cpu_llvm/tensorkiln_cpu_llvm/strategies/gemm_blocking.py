@@ -266,4 +266,5 @@ def sgemm_intrinsic(plan: GemmPlan):
     attrs = {"mr": plan.tile.mr, "nr": plan.tile.nr, "mc": plan.mc, "nc": plan.nc, "kc": plan.kc,
              "dtype": "float32"}
     return te.decl_tensor_intrin(c, name, attrs=attrs,
-                                 implementations={"cpu_llvm": SourceImpl("llvm", sgemm_source(plan), plan.symbol)})
+                                 implementations={"cpu_llvm": SourceImpl("llvm", sgemm_source(plan), plan.symbol,
+                                                                     vectorized=True)})
