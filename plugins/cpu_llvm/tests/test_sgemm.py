@@ -214,19 +214,22 @@ def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
     assert caches.l1d_way_bytes == 4096
 
 
-@pytest.mark.parametrize("cores, m, n, rows, columns", [
+@pytest.mark.parametrize("cores, m, n, l2, rows, columns", [
     # AVX2's 4x24 tile: N = 256 is 11 slivers, at most 6 column blocks of two
-    (2, 64, 256, 1, 6),      # 6 items, 3 per core: rows stay whole (B read once)
-    (2, 64, 4096, 1, 8),     # columns give the 4 per core wanted
-    (2, 64, 32, 4, 1),       # one sliver: rows split until 2 items per core
-    (4, 64, 256, 2, 6),      # 4 cores: 6 column blocks, then rows for 2 per core
-    (1, 64, 256, 1, 1)])     # one core: one item
-def test_work_items_split_columns_first_and_rows_only_below_two_per_core(cores, m, n, rows, columns):
+    (2, 64, 256, "2M", 1, 6),      # 6 items, 3 per core: rows stay whole (B read once)
+    (2, 64, 4096, "16M", 1, 8),    # columns give the 4 per core wanted
+    (2, 64, 4096, "2M", 1, 4),     # B (4 MB) from memory into panels: 2 per core, longer runs of its rows
+    (2, 64, 32, "2M", 4, 1),       # one sliver: rows split until 2 items per core
+    (4, 64, 256, "2M", 2, 6),      # 4 cores: 6 column blocks, then rows for 2 per core
+    (1, 64, 256, "2M", 1, 1)])     # one core: one item
+def test_work_items_split_columns_first_and_rows_only_below_two_per_core(cores, m, n, l2, rows, columns):
     """gemm_blocking: columns are split up to WORK_ITEMS_PER_CORE items per core (at least two slivers
-    each), rows only while there are fewer than MIN_ITEMS_PER_CORE (each row block reads all of B again);
-    the products are right at 1 and 2 threads."""
-    target_text = f"llvm -mcpu=haswell -num_threads={cores}"
+    each; PANEL_ITEMS_PER_CORE when each item copies its panel of a B from memory), rows only while there
+    are fewer than MIN_ITEMS_PER_CORE (each row block reads all of B again); the products are right at 1
+    and 2 threads."""
+    target_text = f"llvm -mcpu=haswell -num_threads={cores} -l2_cache={l2}"
     plan = gemm_plan(m, n, 256, tk.target(target_text), {}, "kn")
+    assert plan.pack_panels == (n * 256 * 4 > parse_size(l2) // 2)
     assert (plan.row_blocks, plan.column_blocks) == (rows, columns)
     _check(_build(m, n, 256, target_text)[0], m, n, 256)
 

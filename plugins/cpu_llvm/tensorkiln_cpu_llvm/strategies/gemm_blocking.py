@@ -17,7 +17,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   of L2: packs_panels; else each sliver copied to the stack where its rows crowd an L1 set);
 - pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
-  split until there are at least WORK_ITEMS_PER_CORE items per core to share out (counting
+  split until there are at least WORK_ITEMS_PER_CORE items per core (PANEL_ITEMS_PER_CORE when
+  each item copies its panel of a B read in place from memory) to share out (counting
   the items of every GEMM of a batch, which share one parallel region); then the rows of a tall
   GEMM are split, in blocks of at least MIN_SPLIT_ROWS, up to BALANCED_ITEMS_PER_CORE items; rows of
   a short one are split too only while there are fewer than MIN_ITEMS_PER_CORE.
@@ -44,6 +45,14 @@ MIN_TILE_ROWS = 4
 """Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
 WORK_ITEMS_PER_CORE = 4
 """Items per core for dynamic scheduling: a core slowed by other processes takes fewer."""
+PANEL_ITEMS_PER_CORE = 2
+"""Items per core, in place of WORK_ITEMS_PER_CORE, when each work item copies its panel of a B read in place
+from memory (packs_panels): the copy reads nc columns of each of kc rows, a row apart, and wider panels read
+longer runs. Measured, AVX2, 49x512x4608 (4x24, kc 256), one process alternating: nc 72 -> 144 at 1 thread
+0.85-0.88 -> 0.92-0.93x numpy, at 2 threads 0.94-0.99 -> 0.99-1.04x; 64x4096x1024 (nc 528 -> 1032) and
+196x256x2304 (48 -> 72) even within the noise (0.93-0.97x, 0.96-1.03x at 1 thread); transformer shapes at 1 thread
+64x768x3072 0.90 -> 0.90-0.93x, 197x768x3072 0.90-0.91 -> 0.94-0.99x, 128x3072x768 0.92-0.94 -> 0.91x; at 2 threads
+within the noise (0.96-1.17x either way)."""
 MIN_ITEMS_PER_CORE = 2
 """Items per core below which rows are split too: each row block reads every sliver of B once more. Rows
 were split up to WORK_ITEMS_PER_CORE; measured with the sweep (alternating checkouts, AVX-512, 1 / 2
@@ -124,6 +133,15 @@ def _cores(target) -> int:
 
 
 def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) -> dict[str, int]:
+    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE)
+    if packs_panels(n, k, cache_sizes(target)) and not _packs_b(m, blocks["mc"]):
+        # B streamed from memory into each item's panels: a narrower panel is a shorter run of each row of B
+        blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE)
+    return blocks
+
+
+def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core: int) -> dict[str, int]:
+    """mc, kc, nc (module docstring), columns split for `per_core` work items per core."""
     caches = cache_sizes(target)
     if tile.nr >= 4 * tile.lanes:
         # a sliver four vectors wide: 2/3 of L1 per 32 columns (256 rows at 48 KB), which streams through L1
@@ -136,7 +154,7 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) ->
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
     nc = _even(n_padded, nc, tile.nr)
-    wanted = -(-WORK_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
+    wanted = -(-per_core * _cores(target) // batch) if _cores(target) > 1 else 1
     row_blocks = -(-m // mc)
     if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
         nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
