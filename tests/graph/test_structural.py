@@ -67,3 +67,25 @@ def test_nodes_work_as_dict_keys():
     seen = {graph.exp(x): 1}
     assert seen[graph.exp(x)] == 1
     assert graph.const(np.arange(3.0, dtype="float32")) == graph.const([0.0, 1.0, 2.0])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "float64", "int8", "int64", "uint16", "bool"])
+def test_equal_constants_are_equal_contiguous_or_not_and_changed_ones_are_not(dtype):
+    """Equal constants are equal whether contiguous or not, NaNs included (compared by their bits first,
+    structural._same_bytes); a changed element makes them unequal."""
+    rng = np.random.default_rng(0)
+    # 1000 elements: the hash reads a sample of 64, so a change at [0, 1] leaves it equal and the values decide
+    kind = np.dtype(dtype).kind
+    value = (rng.standard_normal((20, 50)) > 0 if kind == "b" else
+             (rng.standard_normal((20, 50)) * 10).astype(dtype) if kind == "f" else
+             rng.integers(0, 100, (20, 50)).astype(dtype))
+    assert structural_equal(graph.const(value), graph.const(value.copy()))
+    assert structural_equal(graph.const(value.T), graph.const(np.ascontiguousarray(value.T)))
+    other = value.copy()
+    other[0, 1] = not other[0, 1] if dtype == "bool" else other[0, 1] + 1
+    assert structural_hash(graph.const(value)) == structural_hash(graph.const(other))
+    assert not structural_equal(graph.const(value), graph.const(other))
+    if kind == "f":
+        with_nan = value.copy()
+        with_nan[0, 2] = np.nan
+        assert structural_equal(graph.const(with_nan), graph.const(with_nan.copy()))
