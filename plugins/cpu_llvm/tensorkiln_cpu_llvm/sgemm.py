@@ -49,7 +49,8 @@ import llvmlite.ir as ir
 
 from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, count_done, declare, for_range, reused_heap_block,
                       run_parallel, wait_until_done)
-from .ukernels import F32, F32_PTR, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k, next_tile_rows
+from .ukernels import (F32, F32_PTR, K_UNROLL, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k,
+                       next_tile_rows)
 
 __all__ = ["GemmPlan", "sgemm_source", "B_LAYOUTS"]
 
@@ -216,7 +217,8 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool =
             builder.call(prefetch, [address, I32(1), I32(3), I32(1)])
     # A in place: the next row tile of the sliver is prefetched while this one computes (ukernels.next_tile_rows)
     finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1,
-                               prefetch=None if a_packed else next_tile_rows(builder, a, lda, depth, tile))
+                               prefetch=None if a_packed else next_tile_rows(builder, a, lda, depth, tile),
+                               unroll=K_UNROLL)
     accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(tile.nr)))
 

@@ -74,24 +74,27 @@ def _masked(module: ir.Module, kind: str, lanes: int) -> ir.Function:
 
 
 K_UNROLL = 4
-"""k steps per iteration of the register tile's main k loop (a loop of one step takes the rest). The
-kernels' modules are optimised without LLVM's unrolling (llvm_passes.optimize), and LLVM does not unroll a
-loop of this size with a runtime trip count anyway. A step is 12 FMAs (AVX2 4x24) beside 7 loads and 4
-loop instructions; unrolled, the counter and pointer updates come once per four steps and the offsets fold
-into the loads. That matters most when the core's other hardware thread is busy (this host, a KVM guest)
-and the two share the front end. Measured on the AVX2 4x24 and 6x16 k loops alone, on L1-resident data,
-one process round-robin: 56.9 -> 66.2 and 55.3 -> 64.1 GFLOP/s (8 steps: 66.9). Whole GEMMs, with the C
-prefetch of sgemm._define_micro, one process alternating, 1 core: AVX2 1024^3 0.87-0.88 -> 0.93x numpy,
-1000^3 0.90-0.93 -> 0.98-0.99x, 3072x768x768 0.94-0.97 -> 0.99-1.00x, 196x256x2304 0.90 -> 0.93x,
+"""k steps per iteration of the whole GEMM's k loop (sgemm._define_micro; a loop of one step takes the
+rest). Kernels calling it are optimised without LLVM's unrolling (llvm_passes.optimize), and LLVM does not
+unroll a loop of this size with a runtime trip count anyway. A step is 12 FMAs (AVX2 4x24) beside 7 loads
+and 4 loop instructions; unrolled, the counter and pointer updates come once per four steps and the offsets
+fold into the loads. That matters most when the core's other hardware thread is busy (this host, a KVM
+guest) and the two share the front end. Measured on the AVX2 4x24 and 6x16 k loops alone, on L1-resident
+data, one process round-robin: 56.9 -> 66.2 and 55.3 -> 64.1 GFLOP/s (8 steps: 66.9). Whole GEMMs, with
+the C prefetch of sgemm._define_micro, one process alternating, 1 core: AVX2 1024^3 0.87-0.88 -> 0.93x
+numpy, 1000^3 0.90-0.93 -> 0.98-0.99x, 3072x768x768 0.94-0.97 -> 0.99-1.00x, 196x256x2304 0.90 -> 0.93x,
 64x4096x1024 0.87-0.94 -> 0.95-0.97x, 49x512x4608 even; AVX-512 1024^3 1.00-1.01 -> 1.02-1.03x,
-64x4096x1024 1.30-1.31 -> 1.34-1.36x. On a quiet host the difference is smaller (192^2 x 256: +1%)."""
+64x4096x1024 1.30-1.31 -> 1.34-1.36x. On a quiet host the difference is smaller (192^2 x 256: +1%).
+The conv micro-kernel (_define_ukernel) keeps one step: unrolled, densenet121's 17 1x1 convs on it ran no
+faster (exported models, both orders, within 2%) and took 25% more LLVM time."""
 
 
 def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, a_rows: list, b: ir.Value,
                       ldb: ir.Value, depth: ir.Value, a_step: int = 1,
-                      prefetch: tuple[ir.Value, ir.Value] | None = None) -> list:
+                      prefetch: tuple[ir.Value, ir.Value] | None = None, unroll: int = 1) -> list:
     """The register tile's k loop: acc[r, v] += splat(a_rows[r][k * a_step]) * B[k * ldb + v * lanes : +lanes]
-    for k < depth (`a_step` mr: A packed as [k][mr]); K_UNROLL steps per iteration, then one at a time.
+    for k < depth (`a_step` mr: A packed as [k][mr]); `unroll` steps per iteration (K_UNROLL), then one at a
+    time.
 
     `prefetch` (next, span): A read in place, and the following call's A `span` floats in one piece at
     `next` (next_tile_rows). Each step then prefetches the next line of that span, in address order (the
@@ -106,7 +109,7 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     lanes, vectors = tile.lanes, tile.vectors_per_row
     function = builder.function
     entry = builder.block
-    unrolled = function.append_basic_block("k.loop4")
+    unrolled = function.append_basic_block(f"k.loop{unroll}") if unroll > 1 else None
     middle = function.append_basic_block("k.rest")
     loop = function.append_basic_block("k.loop")
     done = function.append_basic_block("k.done")
@@ -150,28 +153,31 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
 
     count = tile.mr * vectors
     start = (I64(0), *([zero] * count), I64(0) if prefetch is not None else None)
-    builder.cbranch(builder.icmp_signed(">=", depth, I64(K_UNROLL)), unrolled, middle)
+    if unrolled is None:
+        builder.branch(middle)
+    else:
+        builder.cbranch(builder.icmp_signed(">=", depth, I64(unroll)), unrolled, middle)
+        # the main loop: `unroll` steps while that many remain
+        k, accumulators, line = loop_head(unrolled)
+        values, next_line = accumulators, line
+        for offset in range(unroll):
+            index = k if offset == 0 else builder.add(k, I64(offset), flags=["nsw"])
+            values, next_line = step(index, values, next_line)
+        k_unrolled = builder.add(k, I64(unroll), flags=["nsw"])
+        builder.cbranch(builder.icmp_signed("<=", builder.add(k_unrolled, I64(unroll), flags=["nsw"]), depth),
+                        unrolled, middle)
+        unrolled_end = builder.block
+        add_incoming([k, *accumulators, line], start, entry)
+        add_incoming([k, *accumulators, line], (k_unrolled, *values, next_line), unrolled_end)
 
-    # the main loop: K_UNROLL steps while that many remain
-    k, accumulators, line = loop_head(unrolled)
-    values, next_line = accumulators, line
-    for offset in range(K_UNROLL):
-        index = k if offset == 0 else builder.add(k, I64(offset), flags=["nsw"])
-        values, next_line = step(index, values, next_line)
-    k_unrolled = builder.add(k, I64(K_UNROLL), flags=["nsw"])
-    builder.cbranch(builder.icmp_signed("<=", builder.add(k_unrolled, I64(K_UNROLL), flags=["nsw"]), depth),
-                    unrolled, middle)
-    unrolled_end = builder.block
-    add_incoming([k, *accumulators, line], start, entry)
-    add_incoming([k, *accumulators, line], (k_unrolled, *values, next_line), unrolled_end)
-
-    # the rest, one step at a time
+    # the rest (everything when `unroll` is 1), one step at a time
     builder.position_at_end(middle)
     k_rest = builder.phi(I64, name="k.rest")
     rest = [builder.phi(_vector(lanes)) for _ in range(count)]
     line_rest = builder.phi(I64) if prefetch is not None else None
     add_incoming([k_rest, *rest, line_rest], start, entry)
-    add_incoming([k_rest, *rest, line_rest], (k_unrolled, *values, next_line), unrolled_end)
+    if unrolled is not None:
+        add_incoming([k_rest, *rest, line_rest], (k_unrolled, *values, next_line), unrolled_end)
     builder.cbranch(builder.icmp_signed("<", k_rest, depth), loop, done)
 
     k, accumulators, line = loop_head(loop)
