@@ -514,8 +514,7 @@ def explicitly_vectorized(func: tir.PrimFunc) -> bool:
     vectorizers find nothing to do (a loop holding vector code is not loop-vectorized) and only
     cost time: 0.5 s of densenet121's 4.8 s of O3 on its convolutions, whose objects came out
     byte-identical without them (llvm_passes.optimize's `vectorize`). densenet121's 17 1x1 convs
-    on the packed micro-kernel: 1.91 -> 1.49 s of O3, the same FMAs (their k loops are unrolled by
-    the micro-kernel itself, ukernels.K_UNROLL)."""
+    on the packed micro-kernel: 1.91 -> 1.49 s of O3, the same FMAs."""
     from tensorkiln.tir.visit import post_order_visit
 
     intrinsics = func.tensor_intrinsics()

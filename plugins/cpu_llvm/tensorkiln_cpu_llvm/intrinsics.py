@@ -45,7 +45,8 @@ def packed_intrinsic(tile: GemmTile):
     symbol = f"tk_{name}"
     return te.decl_tensor_intrin(
         _matmul_description(tile.mr, tile.nr, packed_nr=tile.nr), name, attrs=attrs,
-        implementations={"cpu_llvm": SourceImpl("llvm", ukernel_source(tile, symbol, b_strides=2), symbol, vectorized=True)})
+        implementations={"cpu_llvm": SourceImpl("llvm", ukernel_source(tile, symbol, b_strides=2), symbol,
+                                                vectorized=True)})
 
 
 def _matmul_description(m, n, packed_nr: int | None = None):
@@ -70,7 +71,8 @@ def _intrinsics_for_tile(tile: GemmTile) -> tuple:
     micro_symbol = f"tk_{UKERNEL}_{tile.mr}x{tile.nr}"
     micro = te.decl_tensor_intrin(
         _matmul_description(tile.mr, tile.nr), UKERNEL, attrs=attrs,
-        implementations={"cpu_llvm": SourceImpl("llvm", ukernel_source(tile, micro_symbol), micro_symbol, vectorized=True)})
+        implementations={"cpu_llvm": SourceImpl("llvm", ukernel_source(tile, micro_symbol), micro_symbol,
+                                                vectorized=True)})
     # Bp[N/nr, K, nr]: lowering passes two strides for it; the kernel reads the last (nr)
     packed_symbol = f"tk_{UKERNEL_PACKED}_{tile.mr}x{tile.nr}"
     packed = te.decl_tensor_intrin(

@@ -110,7 +110,7 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     function = builder.function
     entry = builder.block
     unrolled = function.append_basic_block(f"k.loop{unroll}") if unroll > 1 else None
-    middle = function.append_basic_block("k.rest")
+    middle = function.append_basic_block("k.rest") if unroll > 1 else None
     loop = function.append_basic_block("k.loop")
     done = function.append_basic_block("k.done")
     zero = ir.Constant(_vector(lanes), None)
@@ -154,7 +154,9 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
     count = tile.mr * vectors
     start = (I64(0), *([zero] * count), I64(0) if prefetch is not None else None)
     if unrolled is None:
-        builder.branch(middle)
+        # one step per iteration: the loop starts from the entry's values
+        middle, (k_rest, *rest, line_rest) = entry, start
+        builder.cbranch(builder.icmp_signed(">", depth, I64(0)), loop, done)
     else:
         builder.cbranch(builder.icmp_signed(">=", depth, I64(unroll)), unrolled, middle)
         # the main loop: `unroll` steps while that many remain
@@ -169,16 +171,14 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
         unrolled_end = builder.block
         add_incoming([k, *accumulators, line], start, entry)
         add_incoming([k, *accumulators, line], (k_unrolled, *values, next_line), unrolled_end)
-
-    # the rest (everything when `unroll` is 1), one step at a time
-    builder.position_at_end(middle)
-    k_rest = builder.phi(I64, name="k.rest")
-    rest = [builder.phi(_vector(lanes)) for _ in range(count)]
-    line_rest = builder.phi(I64) if prefetch is not None else None
-    add_incoming([k_rest, *rest, line_rest], start, entry)
-    if unrolled is not None:
+        # the rest, one step at a time
+        builder.position_at_end(middle)
+        k_rest = builder.phi(I64, name="k.rest")
+        rest = [builder.phi(_vector(lanes)) for _ in range(count)]
+        line_rest = builder.phi(I64) if prefetch is not None else None
+        add_incoming([k_rest, *rest, line_rest], start, entry)
         add_incoming([k_rest, *rest, line_rest], (k_unrolled, *values, next_line), unrolled_end)
-    builder.cbranch(builder.icmp_signed("<", k_rest, depth), loop, done)
+        builder.cbranch(builder.icmp_signed("<", k_rest, depth), loop, done)
 
     k, accumulators, line = loop_head(loop)
     updated, next_line = step(k, accumulators, line)
