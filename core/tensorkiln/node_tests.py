@@ -4,6 +4,7 @@
     python -m tensorkiln.node_tests -v         # also lists failures
     python -m tensorkiln.node_tests --target cpu_llvm   # through tensorkiln.onnx_backend
     python -m tensorkiln.node_tests --target cpu_llvm --standard   # onnx's protocol only
+    python -m tensorkiln.node_tests --target cpu_llvm --jobs 2     # cases shared by 2 processes
 
 Two protocols drive a backend. The project's runner ("runner") passes each case's input
 shapes and, when an import needs a shape-like input (axes, pads, sizes) as a constant, binds
@@ -20,8 +21,11 @@ or a dtype tensorkiln does not have).
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import multiprocessing
 import time
 import warnings
+import zlib
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -29,7 +33,8 @@ import numpy as np
 
 from .ir.errors import DTypeError, InternalError, TensorkilnError, UnsupportedOpError
 
-__all__ = ["NodeCase", "NodeResult", "node_cases", "run_node_tests", "reference_run", "summarize"]
+__all__ = ["NodeCase", "NodeResult", "node_cases", "run_node_tests", "run_node_tests_in_processes", "reference_run",
+           "summarize"]
 
 
 @dataclass
@@ -128,6 +133,35 @@ def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarra
             continue
         results.append(_run_case(case, run_fn, importer))
     return results
+
+
+def run_node_tests_in_processes(target: str, protocol: str = "runner", jobs: int = 2,
+                                name_contains: str | None = None) -> list[NodeResult]:
+    """`run_node_tests` through `backend_for(target)`, the cases shared by `jobs` fresh processes (by a hash
+    of their names), in node_cases' order. Each case compiles and runs alone, so on N cores N processes
+    take about 1/N of the time; a process that dies (a crash in native code) fails the whole run."""
+    if jobs <= 1:
+        from .onnx_backend import backend_for
+        return run_node_tests(backend=backend_for(target), protocol=protocol,
+                              name_filter=(lambda name: name_contains in name) if name_contains else None)
+    # spawn: a forked child would inherit the parent's thread pool and LLVM state mid-use
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
+        shards = [pool.submit(_run_shard, target, protocol, shard, jobs, name_contains) for shard in range(jobs)]
+        results = [result for future in shards for result in future.result()]
+    order = {case.name: index for index, case in enumerate(node_cases())}
+    return sorted(results, key=lambda result: order.get(result.name, len(order)))
+
+
+def _in_shard(name: str, shard: int, jobs: int) -> bool:
+    return zlib.crc32(name.encode()) % jobs == shard
+
+
+def _run_shard(target: str, protocol: str, shard: int, jobs: int, name_contains: str | None) -> list[NodeResult]:
+    from .onnx_backend import backend_for
+    return run_node_tests(backend=backend_for(target), protocol=protocol,
+                          name_filter=lambda name: _in_shard(name, shard, jobs)
+                          and (name_contains is None or name_contains in name))
 
 
 def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResult:
@@ -256,17 +290,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--standard", action="store_true",
                         help="with --target: onnx's standard protocol (prepare(model), run(list)), "
                              "no shapes or constants bound")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="with --target: share the cases among this many processes (e.g. the core count)")
     args = parser.parse_args(argv)
     if args.standard and not args.target:
         parser.error("--standard needs --target")
+    if args.jobs > 1 and not args.target:
+        parser.error("--jobs needs --target")
     backend = None
     if args.target:
         from .onnx_backend import backend_for
         backend = backend_for(args.target)
     start = time.time()
     protocol = "standard" if args.standard else "runner"
-    results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend,
-                             protocol=protocol)
+    if args.jobs > 1:
+        results = run_node_tests_in_processes(args.target, protocol, args.jobs, args.k)
+    else:
+        results = run_node_tests(name_filter=(lambda n: args.k in n) if args.k else None, backend=backend,
+                                 protocol=protocol)
     if args.verbose:
         for item in results:
             if item.status != "pass":

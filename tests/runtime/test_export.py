@@ -11,7 +11,7 @@ import pytest
 
 import tensorkiln as tk
 from tensorkiln import tir
-from tensorkiln.ir.errors import ArtifactError
+from tensorkiln.ir.errors import ArtifactError, TargetError
 
 from .kernels import buf, elementwise, loop
 
@@ -87,3 +87,26 @@ def test_load_module_errors(tmp_path):
         link.symlink_to(libm[0])
         with pytest.raises(ArtifactError, match="has no tensorkiln_metadata symbol"):
             tk.runtime.load_module(link)
+
+
+def test_code_for_cpu_features_this_host_lacks_is_refused_not_run(tmp_path):
+    """A kernel compiled for an instruction set the running CPU lacks raises TargetError naming it, in the JIT
+    module and in its exported library, instead of stopping the process with an illegal instruction."""
+    from tensorkiln.sdk.native import host_cpu_features
+    lacking = next(f for f in ("avx512f", "avx512bf16", "avx512fp16", "amx-fp8", "avx10.2")
+                   if f not in host_cpu_features())
+    a, b = buf("A", (64,)), buf("B", (64,))
+    module = tk.build([elementwise("double", 64, [a], b, lambda x: x + x)], target=f"llvm -mattr=+{lacking}",
+                      name="double")
+    assert lacking in module.artifact.metadata["cpu_features"]
+    x, out = np.ones(64, np.float32), np.zeros(64, np.float32)
+    with pytest.raises(TargetError, match=f"lacks: {lacking}.*Compile for this machine"):
+        module(x, out)
+    path = tmp_path / "double.so"
+    module.export_library(path)
+    loaded = tk.runtime.load_module(path)
+    with pytest.raises(TargetError, match=f"lacks: {lacking}"):
+        loaded(x, out)
+    native = tk.build([elementwise("double", 64, [a], b, lambda x: x + x)], target="llvm", name="double")
+    native(x, out)                      # the host's own features pass the check
+    np.testing.assert_array_equal(out, x * 2)

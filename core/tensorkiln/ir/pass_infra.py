@@ -189,12 +189,18 @@ class PassContext:
 
     def __post_init__(self) -> None:
         self.disabled = frozenset(self.disabled)
-        known = {name for registry in _REGISTRIES for name in registry.passes()}
-        unknown = [name for name in self.disabled | set(self.config) if name not in known]
-        if unknown and known:
+        unknown = self._unknown_names()
+        if unknown:
+            _register_plugin_passes()
+            unknown = self._unknown_names()
+        if unknown:
             listing = "; ".join(f"{registry.ir_name}: {', '.join(sorted(registry.passes()))}"
                                 for registry in _REGISTRIES if registry.passes())
             raise TensorkilnError(f"PassContext names unknown passes {sorted(unknown)}; registered passes: {listing}")
+
+    def _unknown_names(self) -> list[str]:
+        known = {name for registry in _REGISTRIES for name in registry.passes()}
+        return [name for name in self.disabled | set(self.config) if known and name not in known]
 
     def __enter__(self) -> "PassContext":
         self._token = _CURRENT.set(self)
@@ -206,6 +212,19 @@ class PassContext:
         for instrument in self.instruments:
             instrument.exit()
         _CURRENT.reset(self._token)
+
+
+def _register_plugin_passes() -> None:
+    """Import every installed target's passes (a plugin registers them when its `tensorkiln_passes` hook is
+    first called, at its first compile): a context made before any compile may name them."""
+    from ..sdk.plugin_manager import registry   # lazily: the IR layer does not depend on plugins otherwise
+    plugins = registry()
+    for name in plugins.names():
+        try:
+            target = plugins.target(name)
+        except TensorkilnError:      # a target that cannot resolve here (no device) offers no passes here
+            continue
+        plugins.call("tensorkiln_passes", target)
 
 
 def current_pass_context() -> PassContext | None:

@@ -28,7 +28,9 @@ code) and turns any code into a `RuntimeLaunchError` naming kernel, argument and
 field.
 
 An exported library also defines `char tensorkiln_metadata[]` (JSON: format
-version, target, kernel signatures) and may define `int32_t tensorkiln_num_threads`
+version, target, kernel signatures, and under "cpu_features" the instruction-set
+features its code may use, checked against the running CPU before a kernel is
+looked up: code for a CPU this one is not raises TargetError, never SIGILL) and may define `int32_t tensorkiln_num_threads`
 (threads for parallel loops; 0 = all cores), which `set_num_threads` writes.
 
 `TKARG_HEADER` is this ABI as a C header (the struct, the error codes, `TK_ERROR`)
@@ -47,7 +49,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from ..ir.dtypes import dtype_of, to_numpy, to_python
-from ..ir.errors import ArtifactError, RuntimeLaunchError
+from ..ir.errors import ArtifactError, RuntimeLaunchError, TargetError
 from .arg_checks import WriteCheckedKernel, written_params
 from .codegen import Artifact, KernelFunction, KernelSignature, LoadedModule, ParamSpec
 
@@ -55,7 +57,8 @@ __all__ = [
     "TKArg", "TKARG_HEADER", "DTYPE_CODES", "ERROR_NARGS", "FIELD_NDIM", "FIELD_DTYPE", "FIELD_DATA", "FIELD_STRIDES",
     "FIELD_SHAPE", "encode_error", "describe_error", "check_arguments", "NativeKernel", "NativeModule",
     "METADATA_SYMBOL", "NUM_THREADS_SYMBOL", "METADATA_FORMAT_VERSION", "metadata_json", "read_metadata",
-    "load_native_library", "set_num_threads", "get_num_threads",
+    "load_native_library", "set_num_threads", "get_num_threads", "CPU_FEATURES_METADATA_KEY", "host_cpu_features",
+    "check_cpu_features",
 ]
 
 
@@ -295,6 +298,48 @@ class NativeKernel(KernelFunction):
         return f"<NativeKernel {self.signature.name}({params})>"
 
 
+# -- the CPU that runs the code ---------------------------------------------------------------
+
+CPU_FEATURES_METADATA_KEY = "cpu_features"
+"""Artifact metadata: the instruction-set features (LLVM's names: avx2, fma, avx512f, f16c, ...) native code
+may use. A plugin that emits machine code for a CPU records them; NativeModule refuses to run the code on a
+CPU without them."""
+
+
+def host_cpu_features() -> frozenset[str] | None:
+    """The running CPU's features as LLVM names them, or None when llvmlite is not installed to say."""
+    try:
+        import llvmlite.binding as llvm
+    except ImportError:      # a bare runtime (load_module needs only ctypes and numpy): nothing is checked
+        return None
+    return _llvm_host_features(llvm)
+
+
+_HOST_FEATURES: list = []
+
+
+def _llvm_host_features(llvm) -> frozenset[str]:
+    if not _HOST_FEATURES:
+        llvm.initialize_native_target()
+        _HOST_FEATURES.append(frozenset(name for name, on in llvm.get_host_cpu_features().items() if on))
+    return _HOST_FEATURES[0]
+
+
+def check_cpu_features(required: Iterable[str], what: str) -> None:
+    """Raise TargetError naming the features of `required` the running CPU lacks (`what`: the code's owner)."""
+    host = host_cpu_features()
+    if host is None:
+        return
+    missing = sorted(set(required) - host)
+    if missing:
+        import llvmlite.binding as llvm
+        raise TargetError(
+            f"{what} uses CPU features this machine lacks: {', '.join(missing)} (this CPU: "
+            f"{llvm.get_host_cpu_name()}). Running it would stop the process with an illegal instruction. "
+            "Compile for this machine (-mcpu=native, the default, or a -mcpu / -mattr it supports), "
+            "or export the library and run it on a CPU that has them.")
+
+
 # -- threads ------------------------------------------------------------------------------
 
 _live_modules: "weakref.WeakSet[NativeModule]" = weakref.WeakSet()
@@ -342,8 +387,16 @@ class NativeModule(LoadedModule):
         if _thread_override is not None:
             self.set_num_threads(_thread_override)
 
+    def _check_cpu(self) -> None:
+        """Refuse, once and naming them, to run code using CPU features the running CPU lacks."""
+        if not getattr(self, "_cpu_checked", False):
+            check_cpu_features(self.artifact.metadata.get(CPU_FEATURES_METADATA_KEY, ()),
+                               f"the code for target {self.artifact.target!r}")
+            self._cpu_checked = True
+
     def get_function(self, name: str) -> NativeKernel:
         if name not in self._functions:
+            self._check_cpu()
             signature = self.artifact.kernel(name)
             symbol = self.artifact.metadata.get("symbols", {}).get(name, name)
             address = self._lookup(symbol)
@@ -360,6 +413,7 @@ class NativeModule(LoadedModule):
         """The whole-plan entry an exported library carries (sdk/plan_entry.py), when it was built for
         `spec` (same digest); else None."""
         from .plan_entry import ENTRY_SYMBOL, SPEC_SYMBOL, PlanEntry, spec_digest
+        self._check_cpu()
         address, digest = self._lookup(ENTRY_SYMBOL), self._lookup(SPEC_SYMBOL)
         if not address or not digest or ctypes.string_at(digest).decode(errors="replace") != spec_digest(spec):
             return None

@@ -45,12 +45,13 @@ from tensorkiln.ir.errors import CompileError
 from tensorkiln.sdk import Artifact, Emitter, signature_of
 from tensorkiln.sdk.arg_checks import WRITTEN_METADATA_KEY
 from tensorkiln.sdk.intrinsic_impl import ExternImpl, SourceImpl, implementation_for
-from tensorkiln.sdk.native import METADATA_FORMAT_VERSION, METADATA_SYMBOL, NUM_THREADS_SYMBOL, metadata_json
+from tensorkiln.sdk.native import (CPU_FEATURES_METADATA_KEY, METADATA_FORMAT_VERSION, METADATA_SYMBOL,
+                                  NUM_THREADS_SYMBOL, metadata_json)
 
 from .abi import emit_packed_function, impl_function
 from .cgutils import I32, I64, PTR, declare, for_range, value_type
 from .gc_pause import collector_paused
-from .host import MachineConfig, machine_config, target_machine
+from .host import MachineConfig, code_features, machine_config, target_machine
 from .kernel_cache import cache_key, kernel_cache, pack_parts, unpack_parts
 from .llvm_passes import REMARKS_ENV, link_intrinsic_sources, optimize
 from .lowp import add_bfloat_runtime
@@ -225,9 +226,10 @@ class LLVMEmitter(Emitter):
         cached = cache.get(key) if cache else None
         if cached is not None:
             record, binary = cached
+            # (records cached before the metadata named the CPU features get them here)
             return Artifact(target=str(target), format="llvm-ir", source=record["source"],
                             kernels=_signatures(funcs), binary=binary, sources=dict(record["sources"]),
-                            metadata=dict(record["metadata"]))
+                            metadata={**record["metadata"], CPU_FEATURES_METADATA_KEY: list(code_features(config))})
         machine = target_machine(config)
         with collector_paused():
             module = self._build_module(funcs, target, config, machine, owns_globals=True)
@@ -382,7 +384,8 @@ class LLVMEmitter(Emitter):
         written = _written(funcs)
         _string_global(module, METADATA_SYMBOL, metadata_json(
             str(target), signatures, {"libraries": [*dict.fromkeys([*libraries, *linker.libraries])],
-                                      "plugin": "cpu_llvm", WRITTEN_METADATA_KEY: written}))
+                                      "plugin": "cpu_llvm", WRITTEN_METADATA_KEY: written,
+                                      CPU_FEATURES_METADATA_KEY: list(code_features(config))}))
         return _BuiltModule(module, linker, signatures, written)
 
     @staticmethod
@@ -402,7 +405,8 @@ def _written(funcs) -> dict[str, list[str]]:
 
 def _metadata(config: MachineConfig, libraries, written: dict) -> dict:
     return {"format_version": METADATA_FORMAT_VERSION, "libraries": list(libraries), "cpu": config.cpu,
-            "opt_level": config.opt_level, WRITTEN_METADATA_KEY: written}
+            "opt_level": config.opt_level, WRITTEN_METADATA_KEY: written,
+            CPU_FEATURES_METADATA_KEY: list(code_features(config))}
 
 
 @dataclass

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-__all__ = ["MachineConfig", "host_fingerprint", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
+__all__ = ["MachineConfig", "enabled_features", "code_features", "host_fingerprint", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
            "CpuFacts", "cpu_facts", "refine_capabilities", "CacheSizes", "cache_sizes", "parse_size"]
 
 
@@ -118,15 +118,36 @@ def _cpu_features(cpu: str) -> set[str]:
     return {"sse2"} if cpu.startswith(("x86-64", "core", "nehalem", "westmere", "k8", "btver")) else set()
 
 
-@functools.lru_cache(maxsize=32)
-def _facts_for(cpu: str, features: str) -> CpuFacts:
-    enabled = _cpu_features(cpu)
-    for item in features.split(","):  # host features and -mattr override what the CPU name implies, in order
+def enabled_features(cpu: str, features: str, implied=()) -> frozenset[str]:
+    """LLVM features a (cpu, feature string) enables: what the CPU name implies (`_cpu_features` plus
+    `implied`), then the string's "+f" / "-f" items in order (host features, then -mattr)."""
+    enabled = _cpu_features(cpu) | set(implied)
+    for item in features.split(","):
         item = item.strip()
         if item[:1] == "+":
             enabled.add(item[1:])
         elif item[:1] == "-":
             enabled.discard(item[1:])
+    return frozenset(enabled)
+
+
+_ISA_FEATURE_PREFIXES = ("sse", "ssse", "avx", "fma", "f16c", "amx", "bmi", "lzcnt", "popcnt", "movbe", "xop",
+                         "neon", "sve", "fp16", "dotprod", "i8mm", "bf16")
+"""Features whose instructions generated code may contain (vector ISAs and the bit-manipulation ones LLVM
+uses in scalar code): a host without one of them cannot run the code. Others (sha, rdrnd, ...) are never
+emitted for tensor code and are left out, so code compiled natively on one host still loads on a similar one."""
+
+
+def code_features(config: MachineConfig) -> tuple[str, ...]:
+    """The instruction-set features code compiled for `config` may use, sorted (sdk.native checks them against
+    the CPU that runs the code)."""
+    return tuple(sorted(f for f in enabled_features(config.cpu, config.features)
+                        if f.startswith(_ISA_FEATURE_PREFIXES)))
+
+
+@functools.lru_cache(maxsize=32)
+def _facts_for(cpu: str, features: str) -> CpuFacts:
+    enabled = enabled_features(cpu, features)
     if "avx512f" in enabled:
         bits, registers = 512, 32
     elif "avx" in enabled or "avx2" in enabled:

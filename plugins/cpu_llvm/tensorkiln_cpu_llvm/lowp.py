@@ -28,7 +28,7 @@ import llvmlite.ir as ir
 from llvmlite.ir.types import _BaseFloatType
 
 from .cgutils import I32
-from .host import machine_config
+from .host import enabled_features, machine_config
 
 _TRUNCATE = "__truncsfbf2"
 
@@ -58,17 +58,10 @@ BFLOAT = BFloatType()
 
 
 def target_features(target) -> frozenset[str]:
-    """The LLVM features the target's feature string enables ("+f16c" -> "f16c"; with -mcpu=native
-    the host's, plus -mattr). A named CPU without -mattr implies features LLVM knows and this
-    string does not list."""
-    enabled: set[str] = set()
-    for item in machine_config(target).features.split(","):
-        item = item.strip()
-        if item[:1] == "+":
-            enabled.add(item[1:])
-        elif item[:1] == "-":
-            enabled.discard(item[1:])
-    return frozenset(enabled)
+    """The LLVM features the target enables ("+f16c" -> "f16c"; with -mcpu=native the host's, plus -mattr).
+    A named CPU without -mattr implies features LLVM knows and host.enabled_features does not list."""
+    config = machine_config(target)
+    return enabled_features(config.cpu, config.features)
 
 
 def conversions(target) -> dict[str, str]:

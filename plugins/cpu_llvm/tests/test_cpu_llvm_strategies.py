@@ -95,7 +95,9 @@ def test_1x1_shapes_measured_slower_on_the_micro_kernel_get_the_nhwc_tile(shape)
     with PassContext(disabled={"cpu_llvm_pack_conv_weights"}):
         unpacked = _only(tk.compile(model, "llvm"))
     assert unpacked["strategy"] == "cpu_llvm.conv2d_nhwc"
-    assert "is as fast or faster" in dict(unpacked["rejected"])["cpu_llvm.conv2d_nhwc_ukernel"]
+    reason = dict(unpacked["rejected"])["cpu_llvm.conv2d_nhwc_ukernel"]
+    # on AVX2 (tiles of at most 6 rows) widths 7 and 14 have no tile; where they have one it measured slower
+    assert "is as fast or faster" in reason if tile_for_rows(width, tk.target("llvm")) else "has no divisor" in reason
     lib = tk.compile(model, "llvm -winograd=off")   # by default a 3x3 stride-1 conv runs as Winograd (test_winograd.py)
     strategy = _only(lib)
     assert strategy["strategy"] == "cpu_llvm.conv2d_nhwc"

@@ -7,6 +7,15 @@ import pytest
 import tensorkiln as tk
 from tensorkiln import graph, te, tir
 
+
+def buf(name: str, shape, dtype: str = "float32") -> tir.Buffer:
+    return tir.Buffer(name, tuple(tir.const(int(d)) for d in shape), dtype)
+
+
+def loop(var: tir.Var, extent: int, body) -> tir.For:
+    return tir.For(var, tir.const(0), tir.const(extent), tir.ForKind.SERIAL, body)
+
+
 RNG = np.random.default_rng(11)
 
 
@@ -90,21 +99,24 @@ def test_grouped_and_nhwc_convs_keep_their_strategies():
 @pytest.mark.parametrize("stride,lanes", [(2, 16), (3, 8), (4, 4), (2, 7)])
 @pytest.mark.parametrize("masked", [False, True])
 def test_strided_vector_load_matches_numpy(stride, lanes, masked):
-    """B[i] = A[i * stride + 1] vectorized: one contiguous load and a shuffle (exprs._strided_load); with a
-    te.if_then_else guard, a masked load that reads nothing past the guarded range."""
+    """B[i] = A[i * stride + 1] as vector code (a Ramp of stride 2..4, as a schedule's vector phases read): one
+    contiguous load of the span and a shuffle (exprs._strided_load); with a predicate (what te.if_then_else
+    gives a guarded load), a masked load that reads nothing past the guarded range. Built as tir: tir's
+    vectorize_loops makes only contiguous ramps, and LLVM's own vectorizer decides per CPU on a scalar loop."""
     size = 4 * lanes
-    a = te.placeholder((size * stride + 1,), name="A")
+    a, b = buf("A", (size * stride + 1,)), buf("B", (size,))
     limit = size * stride // 2
+    i = tir.Var("i")
+    index = tir.Ramp(tir.Add(tir.Mul(i, tir.const(lanes * stride)), tir.const(1)), tir.const(stride), lanes)
     if masked:
-        body = lambda i: te.if_then_else(i * stride + 1 < limit, a[i * stride + 1], te.const(-5.0, "float32"))  # noqa: E731
+        guard = tir.LT(index, tir.Broadcast(tir.const(limit), lanes))
+        value = tir.Select(guard, tir.Load(a, index, guard), tir.Broadcast(tir.const(-5.0, "float32"), lanes))
     else:
-        body = lambda i: a[i * stride + 1]  # noqa: E731
-    out = te.compute((size,), body, name="B")
-    s = te.create_schedule(out.op)
-    _, inner = s[out].split(out.op.axis[0], factor=lanes)
-    s[out].vectorize(inner)
-    module = tk.build(s, [a, out], target="llvm")
-    assert "shufflevector" in module.get_source()
+        value = tir.Load(a, index)
+    store = tir.Store(b, value, tir.Ramp(tir.Mul(i, tir.const(lanes)), tir.const(1), lanes))
+    module = tk.build(tir.PrimFunc("strided", (a, b), loop(i, 4, store)), target="llvm", name="strided")
+    unoptimized = module.artifact.sources["llvm-unoptimized"]
+    assert "shufflevector" in unoptimized and "gather" not in unoptimized
     data = _random(size * stride + 1)
     result = np.zeros(size, "float32")
     module(data, result)

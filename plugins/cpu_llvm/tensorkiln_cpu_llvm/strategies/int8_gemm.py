@@ -22,7 +22,7 @@ from tensorkiln.ops.nn.conv2d import PAD_TAG, pad_spatial
 from tensorkiln.sdk import OpImplementation
 from tensorkiln.sdk.schedules import inline_injective, schedule_injective_stage
 
-from ..host import _cpu_features, machine_config
+from ..host import enabled_features, machine_config
 from ..int8_gemm import ISAS, Int8ConvPlan, int8_conv_source
 from .gemm_blocking import _cores
 
@@ -43,18 +43,12 @@ _AVX_VNNI_CPUS = ("alderlake", "raptorlake", "meteorlake", "arrowlake", "arrowla
 
 def _features(target) -> frozenset[str]:
     config = machine_config(target)
-    enabled = set(_cpu_features(config.cpu))
+    implied = set()
     if config.cpu in _VNNI_CPUS:
-        enabled |= {"avx512vnni", "avx512bw", "avx512vl"}
+        implied |= {"avx512vnni", "avx512bw", "avx512vl"}
     if config.cpu in _AVX_VNNI_CPUS:
-        enabled |= {"avxvnni", "avx2"}
-    for item in config.features.split(","):   # host features and -mattr override, in order
-        item = item.strip()
-        if item[:1] == "+":
-            enabled.add(item[1:])
-        elif item[:1] == "-":
-            enabled.discard(item[1:])
-    return frozenset(enabled)
+        implied |= {"avxvnni", "avx2"}
+    return enabled_features(config.cpu, config.features, implied)
 
 
 def int8_isa(target):
