@@ -33,7 +33,7 @@ from .errors import InternalError, TensorkilnError
 
 __all__ = [
     "Pass", "PassRegistry", "PassContext", "PassInstrument", "PassTimingInstrument", "PrintIRInstrument",
-    "VerifyInstrument", "PassManager", "SkippedPass", "current_pass_context",
+    "VerifyInstrument", "PassManager", "SkippedPass", "current_pass_context", "add_pass_source",
 ]
 
 
@@ -214,17 +214,19 @@ class PassContext:
         _CURRENT.reset(self._token)
 
 
+_PASS_SOURCES: list = []
+
+
+def add_pass_source(load) -> None:
+    """`load()` registers passes defined elsewhere (sdk.plugin_manager adds the installed plugins' passes, which
+    a plugin registers when its `tensorkiln_passes` hook is first called): a PassContext naming a pass not yet
+    registered calls every source once before it reports the name unknown."""
+    _PASS_SOURCES.append(load)
+
+
 def _register_plugin_passes() -> None:
-    """Import every installed target's passes (a plugin registers them when its `tensorkiln_passes` hook is
-    first called, at its first compile): a context made before any compile may name them."""
-    from ..sdk.plugin_manager import registry   # lazily: the IR layer does not depend on plugins otherwise
-    plugins = registry()
-    for name in plugins.names():
-        try:
-            target = plugins.target(name)
-        except TensorkilnError:      # a target that cannot resolve here (no device) offers no passes here
-            continue
-        plugins.call("tensorkiln_passes", target)
+    for load in _PASS_SOURCES:
+        load()
 
 
 def current_pass_context() -> PassContext | None:

@@ -35,7 +35,8 @@ import pluggy
 from pydantic import ValidationError
 
 from .. import SDK_API_VERSION, __version__
-from ..ir.errors import PluginError, TargetError
+from ..ir.errors import PluginError, TargetError, TensorkilnError
+from ..ir.pass_infra import add_pass_source
 from .hookspecs import PROJECT_NAME, TensorkilnHookSpecs
 from .manifest import PluginManifest
 from .target import Target, TargetSpec, parse_target_string
@@ -295,6 +296,21 @@ def registry() -> PluginRegistry:
     if _registry is None:
         _registry = PluginRegistry()
     return _registry
+
+
+def _register_plugin_passes() -> None:
+    """Call every installed target's `tensorkiln_passes` hook: a plugin registers its passes then (at its first
+    compile otherwise), so a PassContext made before any compile may name them."""
+    plugins = registry()
+    for name in plugins.names():
+        try:
+            target = plugins.target(name)
+        except TensorkilnError:      # a target that cannot resolve here (no device) offers no passes here
+            continue
+        plugins.call("tensorkiln_passes", target)
+
+
+add_pass_source(_register_plugin_passes)
 
 
 def reload_plugins() -> PluginRegistry:
