@@ -227,3 +227,17 @@ def test_haswell_code_runs_correctly_on_this_host():
     vector_widths = set(re.findall(r"<(\d+) x float>", artifact.source))
     assert vector_widths == {"8"}, f"AVX2 code uses 8-float vectors only, found {vector_widths}"
     np.testing.assert_allclose(lib(x=x, w=w), x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_a_host_whose_llvm_tuning_measured_slower_is_scheduled_for_its_stand_in(monkeypatch):
+    """-mcpu=native on a Zen 1 host schedules for haswell with the host's own feature string (its instruction
+    set); an explicit -mcpu=znver1 keeps znver1's model; other hosts keep their own name."""
+    from tensorkiln_cpu_llvm import host
+    features = "+avx,+avx2,+fma,+sse4a,-avx512f"
+    monkeypatch.setattr(host, "_host_cpu", lambda: ("znver1", features))
+    native = host.machine_config(tk.target("llvm"))
+    assert (native.cpu, native.features) == ("haswell", features)
+    assert host.cpu_facts(tk.target("llvm")).vector_bits == 256
+    assert host.machine_config(tk.target("llvm -mcpu=znver1")).cpu == "znver1"
+    monkeypatch.setattr(host, "_host_cpu", lambda: ("znver3", features))
+    assert host.machine_config(tk.target("llvm")).cpu == "znver3"
