@@ -299,3 +299,19 @@ def test_k_loop_unrolled_by_four_with_any_remainder(k):
     for config in ({"pack_a": True, "pack_b": True}, {"pack_a": False, "pack_b": False}):
         module, _ = _build(13, 40, k, "llvm -mcpu=haswell", config=config)
         _check(module, 13, 40, k)
+
+
+def test_panel_columns_are_split_for_the_threads_to_finish_together():
+    """With B copied in panels, the column blocks are chosen so that the items, taken by whichever thread is
+    free, leave no thread much more than its share: 512 columns as (264, 248), not (144, 144, 144, 80); never
+    with a thin last block (each item reads all of A); one core keeps the default."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import balanced_columns
+
+    assert balanced_columns(49, 512, 52, 144, 24, 2) == 264
+    assert balanced_columns(196, 256, 196, 72, 24, 2) == 72        # (120, 120, 16) would be thin
+    assert balanced_columns(49, 512, 52, 144, 24, 1) == 144
+    assert balanced_columns(64, 4096, 64, 1032, 24, 2) == 1032     # already even
+    target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
+    plan = gemm_plan(49, 512, 1024, tk.target(target_text), {}, "kn")
+    assert plan.pack_panels and plan.nc == 264 and plan.column_blocks == 2
+    _check(_build(49, 512, 1024, target_text)[0], 49, 512, 1024)
