@@ -40,6 +40,7 @@ from it and builds a loadable module (sdk_docs/native_abi.md).
 from __future__ import annotations
 
 import ctypes
+import functools
 import json
 import numbers
 import struct
@@ -306,23 +307,15 @@ may use. A plugin that emits machine code for a CPU records them; NativeModule r
 CPU without them."""
 
 
+@functools.cache
 def host_cpu_features() -> frozenset[str] | None:
     """The running CPU's features as LLVM names them, or None when llvmlite is not installed to say."""
     try:
         import llvmlite.binding as llvm
     except ImportError:      # a bare runtime (load_module needs only ctypes and numpy): nothing is checked
         return None
-    return _llvm_host_features(llvm)
-
-
-_HOST_FEATURES: list = []
-
-
-def _llvm_host_features(llvm) -> frozenset[str]:
-    if not _HOST_FEATURES:
-        llvm.initialize_native_target()
-        _HOST_FEATURES.append(frozenset(name for name, on in llvm.get_host_cpu_features().items() if on))
-    return _HOST_FEATURES[0]
+    llvm.initialize_native_target()
+    return frozenset(name for name, enabled in llvm.get_host_cpu_features().items() if enabled)
 
 
 def check_cpu_features(required: Iterable[str], what: str) -> None:

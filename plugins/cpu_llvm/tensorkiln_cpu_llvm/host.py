@@ -5,6 +5,7 @@ import functools
 from dataclasses import dataclass
 
 import llvmlite.binding as llvm
+from tensorkiln.sdk.native import host_cpu_features
 
 __all__ = ["MachineConfig", "enabled_features", "code_features", "host_fingerprint", "machine_config", "target_machine", "new_target_machine", "host_features", "has_avx512",
            "CpuFacts", "cpu_facts", "refine_capabilities", "CacheSizes", "cache_sizes", "parse_size"]
@@ -17,11 +18,10 @@ def _initialise() -> None:
     llvm.initialize_native_asmparser()
 
 
-@functools.cache
 def host_features() -> frozenset[str]:
-    """Enabled features of the host CPU, e.g. {"avx2", "fma", "avx512f"}."""
-    _initialise()
-    return frozenset(name for name, enabled in llvm.get_host_cpu_features().items() if enabled)
+    """Enabled features of the host CPU, e.g. {"avx2", "fma", "avx512f"} (the SDK's reading, which the loader
+    checks code against)."""
+    return host_cpu_features()
 
 
 def has_avx512() -> bool:
