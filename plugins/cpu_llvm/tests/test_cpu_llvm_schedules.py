@@ -279,6 +279,39 @@ def test_nhwc_loop_order_puts_rows_outermost_when_the_weights_fit_in_half_of_l2(
     assert nhwc_loop_order(conv, tk.target(f"cpu_llvm {options}")) == order
 
 
+AVX2_L1 = "-mcpu=haswell -l1_cache=32K -l1_ways=8"      # 12 accumulators of 8 lanes, 8 ways of 4 KB
+AVX512_L1 = "-mcpu=skylake-avx512 -l1_cache=48K -l1_ways=12"
+
+
+@pytest.mark.parametrize("height, width, channels, outputs, options, rows", [
+    (14, 14, 256, 1024, AVX2_L1, 2),     # one row: 5 positions with a tail (5, 5, 4); two: 2 x 2 x 2 vectors
+    (14, 14, 1024, 256, AVX2_L1, 2),     # one row: 2 positions (4 KB apart, one L1 set); two rows fill 8
+    (14, 13, 256, 256, AVX2_L1, 1),      # a prime width: two rows of one position fill 4 of 12
+    (28, 28, 128, 512, AVX2_L1, 1),      # one row of 4 x 2 vectors has no tail; two rows fill no more
+    (7, 7, 512, 2048, AVX2_L1, 1),       # an odd number of rows
+    (14, 14, 1024, 256, AVX512_L1, 1),   # 7 positions x 2 vectors, no tail
+    (28, 28, 128, 512, AVX512_L1, 1),    # two rows would fill 16 against 14: under TWO_ROW_GAIN
+])
+def test_nhwc_tile_rows_default_takes_two_rows_where_one_row_has_a_tail_or_few_accumulators(
+        height, width, channels, outputs, options, rows):
+    """anchors.nhwc_tile_rows, the `tile_rows` knob's default, for targets whose vector registers and L1
+    are given (-mcpu, -l1_cache, -l1_ways), and the knob's default in the conv's tuning space."""
+    from tensorkiln_cpu_llvm.strategies.anchors import nhwc_tile_rows
+
+    x = te.placeholder((1, height, width, channels), "float32", name="x")
+    w = te.placeholder((1, 1, channels, outputs), "float32", name="w")
+    attrs = Conv2DAttrs(data_layout="NHWC", kernel_layout="HWIO")
+    out_type = TensorType(get_op("nn.conv2d").type_rule((TensorType(x.shape, "float32"), TensorType(w.shape, "float32")),
+                                                       attrs).shape, "float32")
+    conv = get_op("nn.conv2d").compute([x, w], attrs, out_type)
+    target = tk.target(f"cpu_llvm {options}")
+    accumulators = 24 if "avx512" in options else 12
+    assert nhwc_tile_rows(conv, target, accumulators, 14) == rows
+    (implementation,) = [impl for impl in implementations_for(target) if impl.name == "cpu_llvm.conv2d_nhwc"]
+    (knob,) = [k for k in implementation.space(Workload(outputs=(conv,)), target).knobs if k.name == "tile_rows"]
+    assert knob.default == rows
+
+
 @pytest.mark.parametrize("channels, stride, rows, ways, widest", [
     (1024, 1, 1, 12, 8),    # 4 KB apart: one L1 set, 8 of its 12 ways
     (512, 2, 1, 12, 8),     # stride 2 over 512 channels: 4 KB apart too

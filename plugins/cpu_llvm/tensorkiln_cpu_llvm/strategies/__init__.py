@@ -30,7 +30,7 @@ from tensorkiln.sdk.schedules import schedule_fused
 
 from ..host import cpu_facts
 from . import concat, conv_nchwc, depthwise, int8, ukernel, winograd
-from .anchors import ANCHOR_SCHEDULES, LOOP_ORDERS, nhwc_loop_order, nhwc_tile
+from .anchors import ANCHOR_SCHEDULES, LOOP_ORDERS, nhwc_loop_order, nhwc_tile, nhwc_tile_rows
 from .dense import PACK_TAG, dense_packed, dense_split, largest_divisor_in
 
 __all__ = ["cpu_strategies", "ANCHOR_SCHEDULES", "conv_nhwc_tile"]
@@ -71,9 +71,11 @@ def _conv_nhwc_space(workload, target) -> TuningSpace:
     candidates = [a for a in (4, 8, 12, 16, 24, 28) if a <= most]
     # which loop is outermost (anchors.nhwc_loop_order); the anchor is known when the group is lowered
     order = nhwc_loop_order(workload.anchor, target) if workload.anchor is not None else LOOP_ORDERS[0]
+    # two rows per tile where one row would need a tail (anchors.nhwc_tile_rows)
+    rows = 1 if workload.anchor is None else nhwc_tile_rows(workload.anchor, target, accumulators, DEFAULT_TILE_WIDTH)
     return TuningSpace((Knob("max_accumulators", _with_default(candidates, accumulators), accumulators),
                         Knob("max_tile_width", (4, 7, 8, 14, 16), DEFAULT_TILE_WIDTH),
-                        Knob("tile_rows", (1, 2), 1),
+                        Knob("tile_rows", (1, 2), rows),
                         Knob("loop_order", LOOP_ORDERS, order)))
 
 
