@@ -22,6 +22,7 @@ import json
 import os
 import statistics
 import subprocess
+import sys
 import time
 
 for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):   # numpy uses OpenBLAS's own choices
@@ -32,18 +33,24 @@ import numpy as np  # noqa: E402
 import tensorkiln as tk  # noqa: E402
 from tensorkiln import graph, tune  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemm_sweep import QUIESCE_SECONDS  # noqa: E402
+
 
 def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 def alternate(runs: dict, repeat: int) -> dict:
-    """Median seconds of each callable, run alternately `repeat` times after a warm-up."""
+    """Median seconds of each callable, run alternately `repeat` times after a warm-up, each run after
+    QUIESCE_SECONDS: OpenBLAS's idle threads spin after a call and would take the cores tensorkiln's
+    pool runs on next (1024^3 at 2 threads then read 41 ms against 29.5 alone on a 2-core host)."""
     times = {name: [] for name in runs}
     for run in runs.values():
         run()
     for _ in range(repeat):
         for name, run in runs.items():
+            time.sleep(QUIESCE_SECONDS)
             start = time.perf_counter()
             run()
             times[name].append(time.perf_counter() - start)
