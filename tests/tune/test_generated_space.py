@@ -66,6 +66,22 @@ def test_random_points_of_a_gemm_space_match_numpy():
         np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5, err_msg=json.dumps(config))
 
 
+def test_cache_write_points_of_a_gemm_space_match_numpy():
+    """The anchor as the group's output: knob `cache_write` accumulates each output tile in a local
+    cache (te cache_write) that is copied out; every tile size with it computes a @ b."""
+    task = tune.Task.from_op("gemm", (36, 40, 24), TARGET, space="generated")
+    (knob,) = [k for k in task.space.knobs if k.name == "cache_write"]
+    assert knob.default is False and set(knob.candidates) == {True, False}
+    a, b = task.input_arrays(seed=4)
+    configs = [{**config, "cache_write": True} for config in _random_configs(task, 5, seed=2)]
+    configs.append({**configs[0], "unroll": True, "vectorize": True, "parallel": True})
+    for config in configs:
+        func = task.lower(config).func
+        assert "local" in str(func), "the cache stage was not made"
+        (out,) = _outputs(task, config, [a, b])
+        np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5, err_msg=json.dumps(config))
+
+
 def test_random_points_of_a_fused_conv_space_match_numpy():
     data = graph.var("data", shape=(1, 4, 10, 10))
     weight = graph.var("weight", shape=(8, 4, 3, 3))

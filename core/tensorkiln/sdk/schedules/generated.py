@@ -18,6 +18,10 @@ compiler applies a generated tuning record without importing the tuner. The sket
 - **consumer fusion**: when the group's output is an elementwise epilogue of the anchor's
   shape, the output is tiled to the same `S0 S1` and the anchor is computed inside each
   of its tiles (knob `fuse_epilogue`), so the accumulator stays in cache;
+- **cache write**: when the anchor is itself the group's output (no epilogue), it may
+  accumulate into a local cache computed inside each `S0 S1` tile of the output, which then
+  copies the tile out (knob `cache_write`, Ansor's AddCacheWrite rule; te's
+  `cache_write(anchor, "local")`), so the accumulator of a tile stays in registers and cache;
 - **annotation**: the `S0` loops fused and parallel (`parallel`), the innermost data loop
   vectorized (`vectorize`), the other `S3` loops unrolled (`unroll`).
 
@@ -155,8 +159,11 @@ def generated_space(workload: Workload, target) -> TuningSpace:
     if any(tags.is_injective(t.op.tag) and not isinstance(t.op.body, te.Reduce) for t in anchor.op.input_tensors
            if isinstance(t.op, te.ComputeOp)):
         knobs.append(Knob("inline", ("all", "keep_producers"), default="all"))
-    if _fusable(anchor, output_of(anchor, outputs)):
+    output = output_of(anchor, outputs)
+    if _fusable(anchor, output):
         knobs.append(Knob("fuse_epilogue", (True, False), default=True))
+    elif output.op is anchor.op and anchor.op.reduce_axis:
+        knobs.append(Knob("cache_write", (False, True), default=False))
     return TuningSpace(knobs)
 
 
@@ -178,7 +185,10 @@ def schedule_generated(outputs, target, config: dict[str, Any]) -> te.Schedule:
         if tags.is_injective(stage.op.tag) and not isinstance(stage.op.body, te.Reduce):
             stage.compute_inline()
     output = output_of(anchor, outputs)
-    if config.get("fuse_epilogue") and output.op is not anchor.op:
+    if config.get("cache_write") and output.op is anchor.op:
+        # the anchor's stage becomes the copy out of its local cache, tiled like an epilogue
+        _tile_fused(s, s.cache_write(anchor, "local"), anchor, target, config)
+    elif config.get("fuse_epilogue") and output.op is not anchor.op:
         _tile_fused(s, anchor, output, target, config)
     else:
         _tile_root(s, anchor, target, config)
