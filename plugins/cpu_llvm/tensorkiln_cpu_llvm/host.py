@@ -37,6 +37,7 @@ class MachineConfig:
     features: str
     opt_level: int
     num_threads: int
+    tuned_from: str = ""   # the host CPU a stand-in model replaced (_TUNING_STAND_INS), else ""
 
 
 @functools.cache
@@ -61,14 +62,17 @@ def machine_config(target) -> MachineConfig:
     options = target.options
     cpu = options.get("mcpu", "native")
     features = []
+    tuned_from = ""
     if cpu in ("native", "host", ""):
         cpu, host = _host_cpu()
-        cpu = _TUNING_STAND_INS.get(cpu, cpu)
+        if cpu in _TUNING_STAND_INS:
+            cpu, tuned_from = _TUNING_STAND_INS[cpu], cpu
         features.append(host)
     if options.get("mattr"):
         features.append(options["mattr"])
     return MachineConfig(triple=llvm.get_process_triple(), cpu=cpu, features=",".join(f for f in features if f),
-                         opt_level=int(options.get("opt_level", 3)), num_threads=int(options.get("num_threads", 0)))
+                         opt_level=int(options.get("opt_level", 3)), num_threads=int(options.get("num_threads", 0)),
+                         tuned_from=tuned_from)
 
 
 @functools.lru_cache(maxsize=16)
@@ -96,6 +100,7 @@ class CpuFacts:
     vector_registers: int     # architectural SIMD registers: 32 with AVX-512, else 16
     fma: bool
     fma512_pipes: int = 0     # 512-bit FMAs issued per cycle: 2 on _TWO_FMA512_CPUS, 1 on other AVX-512 cores
+    fma256_pipes: int = 0     # 256-bit FMAs issued per cycle: 1 on _HALF_WIDTH_AVX_CPUS, else 2 (0 without AVX)
 
     def lanes(self, element_bits: int = 32) -> int:
         return max(1, self.vector_bits // element_bits)
@@ -116,6 +121,11 @@ into two 256-bit halves). A host with AMX counts too, whatever LLVM names it: a 
 host showed CPU model 167, which LLVM calls "rocketlake" (a client core), and ran 135 GFLOP/s of 512-bit FMAs
 on one core at 2.1 GHz: two pipes. Zen 5 has two full-width pipes too, but is left out until it is measured
 with the wide register tile that gemm_blocking gives these cores: its 8x32 tile measured 0.95x numpy or better."""
+
+
+_HALF_WIDTH_AVX_CPUS = ("znver1", "bdver1", "bdver2", "bdver3", "bdver4", "btver2")
+"""Cores that split every 256-bit operation into two 128-bit halves: one 256-bit FMA per cycle, so eight
+accumulators (FMA latency 5) keep them busy, where two full-width pipes need ten or more (gemm_blocking)."""
 
 
 def _cpu_features(cpu: str) -> set[str]:
@@ -156,7 +166,8 @@ def code_features(config: MachineConfig) -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=32)
-def _facts_for(cpu: str, features: str) -> CpuFacts:
+def _facts_for(cpu: str, features: str, tuned_from: str = "") -> CpuFacts:
+    """`tuned_from`: the host CPU whose scheduling model a stand-in replaced; its pipes are still its own."""
     enabled = enabled_features(cpu, features)
     if "avx512f" in enabled:
         bits, registers = 512, 32
@@ -167,8 +178,9 @@ def _facts_for(cpu: str, features: str) -> CpuFacts:
     else:
         bits, registers = 128, 16            # x86-64 guarantees SSE2 and 16 xmm registers
     pipes = 0 if bits < 512 else 2 if cpu in _TWO_FMA512_CPUS or "amx-tile" in enabled else 1
+    pipes256 = 0 if bits < 256 else 1 if (tuned_from or cpu) in _HALF_WIDTH_AVX_CPUS else 2
     return CpuFacts(vector_bits=bits, vector_registers=registers, fma="fma" in enabled or "avx512f" in enabled,
-                    fma512_pipes=pipes)
+                    fma512_pipes=pipes, fma256_pipes=pipes256)
 
 
 @dataclass(frozen=True)
@@ -255,7 +267,7 @@ def cache_sizes(target) -> CacheSizes:
 def cpu_facts(target) -> CpuFacts:
     """CpuFacts of a resolved cpu_llvm Target (its -mcpu and -mattr on this host)."""
     config = machine_config(target)
-    return _facts_for(config.cpu, config.features)
+    return _facts_for(config.cpu, config.features, config.tuned_from)
 
 
 def host_fingerprint(target) -> str:

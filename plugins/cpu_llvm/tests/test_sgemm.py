@@ -168,6 +168,37 @@ def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {}, "kn").symbol
 
 
+@pytest.mark.parametrize("m, n, half_width, full_width", [
+    (49, 512, "4x16", "4x24"),      # 24-column slivers pad N to 528
+    (196, 256, "4x16", "4x24"),     # 264: 11 slivers, split 6 / 5 over two threads
+    (3072, 768, "4x24", "4x24"),    # neither pads
+    (1000, 1000, "4x24", "4x24"),   # both pad N to 1008
+    (64, 4096, "4x24", "4x24"),     # 4104 against 4096: under a fiftieth
+])
+def test_a_core_with_one_256_bit_fma_a_cycle_takes_the_tile_that_pads_least(m, n, half_width, full_width):
+    """host.CpuFacts.fma256_pipes: 1 on Zen 1 (256-bit operations split in halves), 2 on Haswell; with one,
+    8 accumulators are enough and the tile padding M x N least is the default (gemm_blocking.HALF_WIDTH_GAIN)."""
+    from tensorkiln_cpu_llvm.host import cpu_facts
+
+    zen1, haswell = tk.target("llvm -mcpu=znver1"), tk.target("llvm -mcpu=haswell")
+    assert (cpu_facts(zen1).fma256_pipes, cpu_facts(haswell).fma256_pipes) == (1, 2)
+    assert cpu_facts(tk.target("llvm -mcpu=skylake-avx512")).fma256_pipes == 2
+    assert register_tiles(zen1, m, n)[0] == half_width
+    assert register_tiles(haswell, m, n)[0] == full_width
+    assert sorted(register_tiles(zen1, m, n)) == sorted(register_tiles(haswell, m, n))   # the same candidates
+
+
+def test_a_stand_in_scheduling_model_keeps_the_host_cpus_pipes(monkeypatch):
+    """With -mcpu=native on a Zen 1 host, LLVM schedules for haswell (host._TUNING_STAND_INS), but the
+    facts are the host's: one 256-bit FMA a cycle."""
+    from tensorkiln_cpu_llvm import host
+
+    monkeypatch.setattr(host, "_host_cpu", lambda: ("znver1", "+avx,+avx2,+fma,-avx512f"))
+    config = host.machine_config(tk.target("llvm"))
+    assert (config.cpu, config.tuned_from) == ("haswell", "znver1")
+    assert host.cpu_facts(tk.target("llvm")).fma256_pipes == 1
+
+
 def test_a_plan_counts_its_work_and_refuses_blocks_off_the_tile():
     plan = GemmPlan(tile=GemmTile(4, 16, 8), m=5, n=20, k=1, mc=8, nc=16, kc=8)
     assert (plan.row_blocks, plan.column_blocks, plan.items, plan.slivers, plan.ragged) == (1, 2, 2, 2, True)
