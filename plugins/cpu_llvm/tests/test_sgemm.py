@@ -170,14 +170,16 @@ def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
 
 @pytest.mark.parametrize("m, n, half_width, full_width", [
     (49, 512, "4x16", "4x24"),      # 24-column slivers pad N to 528
-    (196, 256, "4x16", "4x24"),     # 264: 11 slivers, split 6 / 5 over two threads
+    (196, 256, "4x16", "6x16"),     # 264: 11 slivers, split 6 / 5 over two threads; 198 x 256 is less
     (3072, 768, "4x24", "4x24"),    # neither pads
     (1000, 1000, "4x24", "4x24"),   # both pad N to 1008
     (64, 4096, "4x24", "4x24"),     # 4104 against 4096: under a fiftieth
+    (64, 256, "4x16", "4x24"),      # 6x16 pads M to 66 as much as 4x24 pads N to 264
 ])
-def test_a_core_with_one_256_bit_fma_a_cycle_takes_the_tile_that_pads_least(m, n, half_width, full_width):
-    """host.CpuFacts.fma256_pipes: 1 on Zen 1 (256-bit operations split in halves), 2 on Haswell; with one,
-    8 accumulators are enough and the tile padding M x N least is the default (gemm_blocking.HALF_WIDTH_GAIN)."""
+def test_avx2_takes_the_register_tile_that_pads_least(m, n, half_width, full_width):
+    """The AVX2 tile that pads M x N least is the default (gemm_blocking.PADDING_GAIN): of 4x24 and 6x16 (12
+    accumulators), and 4x16 too where host.CpuFacts.fma256_pipes is 1 (Zen 1 splits 256-bit operations in
+    halves: 8 accumulators are enough); 2 on Haswell."""
     from tensorkiln_cpu_llvm.host import cpu_facts
 
     zen1, haswell = tk.target("llvm -mcpu=znver1"), tk.target("llvm -mcpu=haswell")

@@ -102,10 +102,10 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
         # tile on the same blocks, against 6x16: 64x4096x1024 0.84 -> 0.95x numpy, 1000^3 0.97 -> 1.02x,
         # 3072x768x768 1.00 -> 1.04x, the other sweep shapes even or up to 0.02x better
         tiles = (f"4x{3 * lanes}", f"6x{2 * lanes}", f"4x{2 * lanes}")
-        if facts.fma256_pipes == 1 and m is not None and n is not None:
-            # one 256-bit FMA a cycle: 4x16's 8 accumulators hide its latency too, so the tile that pads
-            # M and N least wins (HALF_WIDTH_GAIN)
-            tiles = _least_padding(tiles, m, n)
+        if m is not None and n is not None:
+            # the tile that pads M and N least wins by PADDING_GAIN: of the 12-accumulator tiles, or of all
+            # three on a core with one 256-bit FMA a cycle, where 4x16's 8 accumulators hide its latency too
+            tiles = _least_padding(tiles, m, n, 3 if facts.fma256_pipes == 1 else 2)
     default_rows, default_columns = (int(x) for x in tiles[0].split("x"))
     if m is None:
         return tiles
@@ -121,22 +121,25 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
     return (f"{rows}x{default_columns}", *tiles)
 
 
-HALF_WIDTH_GAIN = 0.98
-"""On a core with one 256-bit FMA a cycle (host.CpuFacts.fma256_pipes, Zen 1), a tile other than the first
-replaces it when its padded M x N is at most this share of the first's. N = 512 or 256 is 528 or 264 wide
-in 24-column slivers, and an odd count of slivers splits unevenly over 2 threads. Measured on Zen 1 (1 core,
-the same blocks), 4x16 against 4x24: 49x512x4608 29.5 -> 31.2 GFLOP/s, 196x256x2304 33.1 -> 34.1; where
-neither pads (3072x768x768) 4x24 stays, 42.9 against 42.3."""
+PADDING_GAIN = 0.98
+"""An AVX2 tile other than 4x24 is the default when its padded M x N is at most this share of 4x24's
+(`_least_padding`). N = 512 or 256 is 528 or 264 wide in 24-column slivers, and an odd count of slivers
+splits unevenly over 2 threads (196x256x2304: 6 and 5 of 11, where 16 split 8 and 8). On a core with one
+256-bit FMA a cycle (host.CpuFacts.fma256_pipes, Zen 1) 4x16 is a candidate too. Measured on Zen 1, sweep
+medians against numpy, 1 / 2 threads: 196x256x2304 4x24 0.91 / 0.85x, 4x16 0.95 / 0.99x; 49x512x4608 4x24
+0.88 / 0.88x, 4x16 0.89 / 0.90x; 1 core, the same blocks, 4x24 against 6x16 against 4x16 where neither pads
+(3072x768x768): 42.9, 41.8, 42.3 GFLOP/s."""
 
 
-def _least_padding(tiles: tuple[str, ...], m: int, n: int) -> tuple[str, ...]:
-    """`tiles` with the one that pads m x n least first, when it beats the first by HALF_WIDTH_GAIN."""
+def _least_padding(tiles: tuple[str, ...], m: int, n: int, candidates: int) -> tuple[str, ...]:
+    """`tiles` with the one of the first `candidates` that pads m x n least first, when it beats the first
+    by PADDING_GAIN."""
     def padded(tile: str) -> int:
         rows, columns = (int(x) for x in tile.split("x"))
         return _round_up(m, rows) * _round_up(n, columns)
 
-    best = min(tiles, key=padded)
-    if padded(best) > HALF_WIDTH_GAIN * padded(tiles[0]):
+    best = min(tiles[:candidates], key=padded)
+    if padded(best) > PADDING_GAIN * padded(tiles[0]):
         return tiles
     return (best, *(t for t in tiles if t != best))
 
