@@ -13,6 +13,7 @@ from tensorkiln.ir.dtypes import dtype_of, with_lanes
 from tensorkiln.ir.errors import CompileError
 from tensorkiln.tir.visit import expr_key
 
+from .lane_masks import split_predicate
 from .cgutils import I1, I32, I64, PTR, const_of, declare, element_type, lanes_of, memory_type, splat, value_type
 from .math_calls import MATH_NAMES, emit_math_call
 
@@ -45,6 +46,7 @@ class ExprCodegen(tir.ExprFunctor):
         self._emitted: dict[tuple, ir.Value] = {}
         self._emitted_block = None
         self._pure: dict[int, tuple] = {}
+        self._zero_slots: dict[tuple, tuple] = {}   # (function id, type) -> (function, zeroed stack slot)
 
     # -- entry point ------------------------------------------------------------------------
 
@@ -403,6 +405,9 @@ class ExprCodegen(tir.ExprFunctor):
                                       vector_memory_type.as_pointer())
             if mask is None:
                 return self._from_memory(builder.load(pointer, align=element_bytes), buffer.dtype)
+            ranged = None if dtype_of(buffer.dtype).is_bool else split_predicate(node.predicate, lanes)
+            if ranged is not None:
+                return self._range_load(buffer, base, lanes, *ranged, element_bytes)
             if lanes_of(mask.type) == 1:
                 mask = splat(builder, mask, lanes)
             loaded = self._masked_load(pointer, buffer.dtype, lanes, mask, element_bytes)
@@ -411,6 +416,51 @@ class ExprCodegen(tir.ExprFunctor):
         if strided is not None:
             return strided
         return self._gather(node, mask, lanes, element_bytes)
+
+    def _range_load(self, buffer: tir.Buffer, base: tir.PrimExpr, lanes: int, shared: list, first: int, stop: int,
+                    element_bytes: int) -> ir.Value:
+        """A contiguous load whose lanes [first, stop) are on when every condition of `shared` holds, and
+        the others are zero (lane_masks.split_predicate): the range is one plain load, from a zeroed stack
+        slot when `shared` fails (a select of the address, no branch), shuffled into place."""
+        builder = self.builder
+        vector_type = value_type(with_lanes(buffer.dtype, lanes))
+        count = stop - first
+        if count == 0:
+            return ir.Constant(vector_type, None)
+        part_type = memory_type(with_lanes(buffer.dtype, count))
+        start = self.index_value(base)
+        if first:
+            start = builder.add(start, I64(first))
+        pointer = builder.bitcast(self.element_pointer(buffer, start), part_type.as_pointer())
+        if shared:
+            condition = self._as_bool(shared[0])
+            for term in shared[1:]:
+                condition = builder.and_(condition, self._as_bool(term))
+            pointer = builder.select(condition, pointer, self._zero_slot(part_type))
+        part = builder.load(pointer, align=element_bytes)
+        if count == lanes:
+            return part
+        if count == 1:
+            part = builder.insert_element(ir.Constant(ir.VectorType(part_type, 1), None), part, I32(0))
+        part_vector = part.type
+        picks = [lane - first if first <= lane < stop else count for lane in range(lanes)]
+        return builder.shuffle_vector(part, ir.Constant(part_vector, None),
+                                      ir.Constant(ir.VectorType(I32, lanes), picks))
+
+    def _zero_slot(self, llvm_type: ir.Type) -> ir.Value:
+        """A stack slot of `llvm_type` holding zeros, made once per function at its entry."""
+        function = self.builder.function
+        key = (id(function), str(llvm_type))
+        slot = self._zero_slots.get(key)
+        if slot is None or slot[0] is not function:
+            entry = function.entry_basic_block
+            with self.builder.goto_block(entry):
+                if entry.instructions:
+                    self.builder.position_before(entry.instructions[0])
+                address = self.builder.alloca(llvm_type, name="zeros")
+                self.builder.store(ir.Constant(llvm_type, None), address)
+            slot = self._zero_slots[key] = (function, address)
+        return slot[1]
 
     def _masked_load(self, pointer: ir.Value, dtype: str, lanes: int, mask: ir.Value, element_bytes: int) -> ir.Value:
         """llvm.masked.load of `lanes` elements (masked-off lanes are zero). A lane count that is not a
