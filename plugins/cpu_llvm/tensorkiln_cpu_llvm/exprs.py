@@ -14,7 +14,7 @@ from tensorkiln.ir.errors import CompileError
 from tensorkiln.tir.visit import expr_key
 
 from .lane_masks import split_predicate
-from .cgutils import I1, I32, I64, PTR, const_of, declare, element_type, lanes_of, memory_type, splat, value_type
+from .cgutils import I1, I32, I64, PTR, alloca_in_entry, const_of, declare, element_type, lanes_of, memory_type, splat, value_type
 from .math_calls import MATH_NAMES, emit_math_call
 
 _INDEX_ARITHMETIC = frozenset({tir.Add, tir.Sub, tir.Mul, tir.Div, tir.FloorDiv, tir.FloorMod, tir.Min, tir.Max})
@@ -387,8 +387,13 @@ class ExprCodegen(tir.ExprFunctor):
         buffer = node.buffer
         lanes = node.index.lanes
         element_bytes = max(1, dtype_of(buffer.dtype).bits // 8)
-        mask = self._as_bool(node.predicate) if node.predicate is not None else None
         base = self.contiguous_base(node.index)
+        if lanes > 1 and base is not None and node.predicate is not None and not dtype_of(buffer.dtype).is_bool:
+            # a padded row: a plain load of the lanes on, and no mask emitted (lane_masks.py)
+            ranged = split_predicate(node.predicate, lanes)
+            if ranged is not None:
+                return self._range_load(buffer, base, lanes, *ranged, element_bytes)
+        mask = self._as_bool(node.predicate) if node.predicate is not None else None
         builder = self.builder
         if lanes == 1:
             if mask is None:
@@ -405,9 +410,6 @@ class ExprCodegen(tir.ExprFunctor):
                                       vector_memory_type.as_pointer())
             if mask is None:
                 return self._from_memory(builder.load(pointer, align=element_bytes), buffer.dtype)
-            ranged = None if dtype_of(buffer.dtype).is_bool else split_predicate(node.predicate, lanes)
-            if ranged is not None:
-                return self._range_load(buffer, base, lanes, *ranged, element_bytes)
             if lanes_of(mask.type) == 1:
                 mask = splat(builder, mask, lanes)
             loaded = self._masked_load(pointer, buffer.dtype, lanes, mask, element_bytes)
@@ -453,11 +455,9 @@ class ExprCodegen(tir.ExprFunctor):
         key = (id(function), str(llvm_type))
         slot = self._zero_slots.get(key)
         if slot is None or slot[0] is not function:
-            entry = function.entry_basic_block
-            with self.builder.goto_block(entry):
-                if entry.instructions:
-                    self.builder.position_before(entry.instructions[0])
-                address = self.builder.alloca(llvm_type, name="zeros")
+            address = alloca_in_entry(self.builder, llvm_type, name="zeros")
+            with self.builder.goto_block(function.entry_basic_block):
+                self.builder.position_after(address)
                 self.builder.store(ir.Constant(llvm_type, None), address)
             slot = self._zero_slots[key] = (function, address)
         return slot[1]
