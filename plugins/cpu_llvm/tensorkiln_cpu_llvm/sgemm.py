@@ -34,16 +34,17 @@ valid rows; fewer than nr columns read the zero padding of Bp and store under a 
 mask. Work items are taken from an atomic counter (dynamic scheduling), so a thread
 slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
 or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in place
-without a parallel region. With B read in place the caller packs the ragged sliver
-before the region, so the threads never wait for each other. A batch shares one region: its
-slivers and work items are numbered across the batch (item i is GEMM i // items-per-GEMM), so
+without a parallel region, in the plan's one-thread blocks where they differ (GemmPlan.single_blocks: a
+B copied in panels takes wider ones, chosen when the call finds its thread count). With B read in place
+the caller packs the ragged sliver before the region, so the threads never wait for each other. A batch
+shares one region: its slivers and work items are numbered across the batch (item i is GEMM i // items-per-GEMM), so
 G small GEMMs (grouped 1x1 convs, attention heads) are shared out together instead of running
 one after another, each too small to be split. The region runs on the pool of
 thread_pool.c, which returns once the work is done without waiting for threads that never started.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llvmlite.ir as ir
 
@@ -83,6 +84,7 @@ class GemmPlan:
     copy_slivers: bool = False   # (B in place, no panels) each kc x nr sliver is copied to the stack before use
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
     pack_a: bool = False   # copy A once per call into row tiles Ap[M / mr, K, mr] (rows past M repeat the last)
+    nc_single: int = 0     # nc when the call runs on one thread (0: nc), see `single_blocks`
 
     def __post_init__(self) -> None:
         if self.b_layout not in B_LAYOUTS:
@@ -97,9 +99,29 @@ class GemmPlan:
             raise ValueError(f"batch={self.batch}: a batch is at least 1, of 'kn' or 'nk' B (a packed B is one weight)")
         if self.pack_a and self.k == 0:
             raise ValueError("pack_a needs K > 0: there is nothing of A to copy")
-        if self.mc % self.tile.mr or self.nc % self.tile.nr or min(self.mc, self.nc, self.kc) <= 0:
-            raise ValueError(f"mc={self.mc} must be a multiple of mr={self.tile.mr} and nc={self.nc} of "
-                             f"nr={self.tile.nr}, kc={self.kc} positive")
+        for mc, nc in ((self.mc, self.nc), self.single_blocks):
+            if mc % self.tile.mr or nc % self.tile.nr or min(mc, nc, self.kc) <= 0:
+                raise ValueError(f"mc={mc} must be a multiple of mr={self.tile.mr} and nc={nc} of "
+                                 f"nr={self.tile.nr}, kc={self.kc} positive")
+
+    @property
+    def single_blocks(self) -> tuple[int, int]:
+        """(mc, nc) of a call that runs on one thread. The blocks split N into enough work items to share out
+        over the cores the plan was made for; one thread alone gains nothing from the split and may pay for it
+        (a panel of a B read in place is a shorter run of each of B's rows). The call picks these blocks when it
+        finds itself on one thread (gemm_blocking chooses nc_single)."""
+        return self.mc, self.nc_single or self.nc
+
+    @property
+    def single(self) -> "GemmPlan":
+        """This plan with its one-thread blocks as its blocks."""
+        mc, nc = self.single_blocks
+        return replace(self, mc=mc, nc=nc, nc_single=0)
+
+    @property
+    def splits_for_threads(self) -> bool:
+        """Whether one thread runs other blocks than several (the call chooses at run time)."""
+        return self.single_blocks != (self.mc, self.nc)
 
     @property
     def slivers(self) -> int:
@@ -140,8 +162,9 @@ class GemmPlan:
 
     @property
     def panel_floats(self) -> int:
-        """Floats of one thread's panel buffer (pack_panels): a kc x nc block of B as slivers."""
-        return self.kc * self.nc if self.pack_panels else 0
+        """Floats of one thread's panel buffer (pack_panels): a kc x nc block of B as slivers (the wider of the
+        two column blocks)."""
+        return self.kc * max(self.nc, self.single_blocks[1]) if self.pack_panels else 0
 
     @property
     def row_blocks(self) -> int:
@@ -165,8 +188,9 @@ class GemmPlan:
         mode = "" if self.pack_b else "_panels" if self.pack_panels else "_copied" if self.copy_slivers else "_direct"
         mode += "_pa" if self.pack_a else ""
         batch = f"_g{self.batch}" if self.batch > 1 else ""
+        single = f"_s{self.single_blocks[0]}x{self.single_blocks[1]}" if self.splits_for_threads else ""
         return (f"tk_sgemm_{self.b_layout}{mode}{batch}_{self.m}x{self.n}x{self.k}"
-                f"_t{t.mr}x{t.nr}_b{self.mc}x{self.nc}x{self.kc}")
+                f"_t{t.mr}x{t.nr}_b{self.mc}x{self.nc}x{self.kc}{single}")
 
 
 def _minimum(builder: ir.IRBuilder, a: ir.Value, b: ir.Value) -> ir.Value:
@@ -414,23 +438,25 @@ def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Val
 
 
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str) -> ir.Function:
-    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel): the blocks of C of work item `index` over
-    all of K (A's row tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's
-    kc x nc floats, when plan.pack_panels)."""
+    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel, mc, nc, row_blocks): the blocks of C of
+    work item `index` over all of K, C split into blocks of mc x nc, row_blocks of them per column (A's row
+    tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's kc x nc floats,
+    when plan.pack_panels)."""
     tile = plan.tile
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR]), name)
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR, I64, I64, I64]),
+        name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate, panel = function.args
+    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate, panel, mc, nc, row_blocks = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     # consecutive items share a column block: its Bp panel stays in the shared cache
-    row_block = builder.urem(index, I64(plan.row_blocks))
-    column_block = builder.udiv(index, I64(plan.row_blocks))
-    row_start = builder.mul(row_block, I64(plan.mc))
-    row_stop = _minimum(builder, builder.add(row_start, I64(plan.mc)), I64(plan.m))
-    column_start = builder.mul(column_block, I64(plan.nc))
-    column_stop = _minimum(builder, builder.add(column_start, I64(plan.nc)), I64(plan.n))
+    row_block = builder.urem(index, row_blocks)
+    column_block = builder.udiv(index, row_blocks)
+    row_start = builder.mul(row_block, mc)
+    row_stop = _minimum(builder, builder.add(row_start, mc), I64(plan.m))
+    column_start = builder.mul(column_block, nc)
+    column_stop = _minimum(builder, builder.add(column_start, nc), I64(plan.n))
     sliver_start = builder.udiv(column_start, I64(tile.nr))
     sliver_stop = builder.udiv(builder.add(column_stop, I64(tile.nr - 1)), I64(tile.nr))
     tile_start = builder.udiv(row_start, I64(tile.mr))
@@ -478,13 +504,14 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
 
 
 _CLOSURE_FIELDS = ("A", "B", "Bp", "Ap", "C", "lda", "ldb", "ldc", "accumulate", "sa", "sb", "sc",
-                   "next_sliver", "next_item", "packed", "panels", "next_panel")
+                   "next_sliver", "next_item", "packed", "panels", "next_panel",
+                   "mc", "nc", "row_blocks", "items_per_gemm", "items")
 _OPERAND_FIELDS = _CLOSURE_FIELDS[:12]   # the call's operands; then the shared counters and the panel buffers
 
 
 def _closure_type() -> ir.LiteralStructType:
     return ir.LiteralStructType([F32_PTR, F32_PTR, F32_PTR, F32_PTR, F32_PTR, I64, I64, I64, I32, I64, I64, I64,
-                                 I64, I64, I32, F32_PTR, I64])
+                                 I64, I64, I32, F32_PTR, I64, I64, I64, I64, I64, I64])
 
 
 def _batch_operands(builder: ir.IRBuilder, plan: GemmPlan, values: dict, g: ir.Value) -> dict:
@@ -503,7 +530,7 @@ def _field(builder: ir.IRBuilder, closure: ir.Value, name: str) -> ir.Value:
     return builder.gep(closure, [I32(0), I32(_CLOSURE_FIELDS.index(name))], inbounds=True)
 
 
-def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: str):
+def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int | ir.Value, name: str):
     """`while (i = counter++) < count: body(i)`, the counter shared by all threads; a context manager."""
     import contextlib
 
@@ -516,7 +543,8 @@ def _dynamic_loop(builder: ir.IRBuilder, counter: ir.Value, count: int, name: st
         builder.branch(head)
         builder.position_at_end(head)
         index = builder.atomic_rmw("add", counter, I64(1), "monotonic")
-        builder.cbranch(builder.icmp_signed("<", index, I64(count)), body, done)
+        limit = I64(count) if isinstance(count, int) else count
+        builder.cbranch(builder.icmp_signed("<", index, limit), body, done)
         builder.position_at_end(body)
         yield index
         builder.branch(head)
@@ -572,11 +600,19 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
         slot = builder.atomic_rmw("add", _field(builder, closure, "next_panel"), I64(1), "monotonic")
         panels = builder.load(_field(builder, closure, "panels"))
         panel = builder.gep(panels, [builder.mul(slot, I64(plan.panel_floats))], inbounds=True)
-    with _dynamic_loop(builder, _field(builder, closure, "next_item"), plan.items, "item") as index:
-        g, local = builder.udiv(index, I64(plan.items_per_gemm)), builder.urem(index, I64(plan.items_per_gemm))
+    if plan.splits_for_threads:   # the blocks the entry chose for the region's thread count
+        blocks = {field: builder.load(_field(builder, closure, field))
+                  for field in ("mc", "nc", "row_blocks", "items_per_gemm", "items")}
+    else:
+        blocks = {field: I64(getattr(plan, field)) for field in ("mc", "nc", "row_blocks", "items_per_gemm")}
+        blocks["items"] = plan.items
+    with _dynamic_loop(builder, _field(builder, closure, "next_item"), blocks["items"], "item") as index:
+        per_gemm = blocks["items_per_gemm"]
+        g, local = builder.udiv(index, per_gemm), builder.urem(index, per_gemm)
         operands = _batch_operands(builder, plan, values, g)
         builder.call(item, [operands["A"], values["lda"], operands["B"], values["ldb"], operands["Bp"],
-                            operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"], panel])
+                            operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"], panel,
+                            blocks["mc"], blocks["nc"], blocks["row_blocks"]])
     builder.ret_void()
     return function
 
@@ -613,7 +649,8 @@ def sgemm_source(plan: GemmPlan) -> str:
     packed = b if not plan.packed_slivers else heap_floats(plan.packed_slivers * plan.k * plan.tile.nr, "Bp")
     packed_a = a if pack_a is None else heap_floats(plan.packed_a_floats, "Ap")
     values = (a, b, packed, packed_a, c, lda, ldb, ldc, accumulate, sa, sb, sc, I64(0), I64(0), I32(0),
-              ir.Constant(F32_PTR, None), I64(0))
+              ir.Constant(F32_PTR, None), I64(0), I64(plan.mc), I64(plan.nc), I64(plan.row_blocks),
+              I64(plan.items_per_gemm), I64(plan.items))
     for field, value in zip(_CLOSURE_FIELDS, values):
         builder.store(value, _field(builder, closure, field))
     if pack is not None and not plan.pack_b:   # the ragged last sliver of each B
@@ -628,6 +665,12 @@ def sgemm_source(plan: GemmPlan) -> str:
     # a small GEMM gains (and wait for a thread the OS has not scheduled yet on a loaded machine)
     useful = max(1, min(plan.items, 2 * plan.batch * plan.m * plan.n * plan.k // MIN_FLOPS_PER_THREAD))
     threads = _minimum(builder, threads, I32(useful))
+    if plan.splits_for_threads:   # one thread: the blocks of plan.single_blocks
+        single = builder.icmp_signed("==", threads, I32(1))
+        alone = plan.single
+        for field in ("mc", "nc", "row_blocks", "items_per_gemm", "items"):
+            builder.store(builder.select(single, I64(getattr(alone, field)), I64(getattr(plan, field))),
+                          _field(builder, closure, field))
     if plan.pack_panels:   # a panel for each thread of the region (it runs on at most `threads`)
         nbytes = builder.mul(builder.zext(threads, I64), I64(plan.panel_floats * 4))
         raw, release = reused_heap_block(builder, nbytes, f"{plan.symbol}.panels")

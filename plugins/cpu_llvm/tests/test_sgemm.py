@@ -348,3 +348,26 @@ def test_panel_columns_are_split_for_the_threads_to_finish_together():
     plan = gemm_plan(49, 512, 1024, tk.target(target_text), {}, "kn")
     assert plan.pack_panels and plan.nc == 264 and plan.column_blocks == 2
     _check(_build(49, 512, 1024, target_text)[0], 49, 512, 1024)
+
+
+def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
+    """A GEMM copying panels of a B read in place splits N into column blocks for the threads; a call that finds
+    itself on one thread takes the one-core column block (as wide as N while the panel fits L2) at run time,
+    and both thread counts match numpy. A tuned record's own blocks are kept at every thread count."""
+    target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
+    plan = gemm_plan(49, 512, 1024, tk.target(target_text), {}, "kn")
+    assert plan.pack_panels and plan.nc == 264 and plan.single_blocks == (plan.mc, 528)
+    assert (plan.items, plan.single.items) == (2, 1) and plan.panel_floats == plan.kc * 528
+    assert plan.symbol.endswith(f"_s{plan.mc}x528")
+    module, _ = _build(49, 512, 1024, target_text)
+    assert plan.symbol in module.get_source("ll")
+    _check(module, 49, 512, 1024)
+    tuned = gemm_plan(49, 512, 1024, tk.target(target_text), {"nc": 120}, "kn")
+    assert tuned.nc == 120 and not tuned.splits_for_threads
+    # a panel wider than L2 is not taken: 128 x 3072 x 768 keeps its 768 columns (a 480 KB panel) alone too
+    assert not gemm_plan(128, 3072, 768, tk.target(target_text), {}, "kn").splits_for_threads
+    # one core: nothing to choose
+    assert not gemm_plan(49, 512, 1024, tk.target("llvm -mcpu=haswell -num_threads=1 -l2_cache=512K"), {},
+                         "kn").splits_for_threads
+    with pytest.raises(ValueError, match="nc=100 of nr=24"):
+        GemmPlan(tile=GemmTile(4, 24, 8), m=5, n=200, k=1, mc=8, nc=48, kc=8, nc_single=100)

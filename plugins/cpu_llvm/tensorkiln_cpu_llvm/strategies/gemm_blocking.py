@@ -159,13 +159,16 @@ def _cores(target) -> int:
         return os.cpu_count() or 1
 
 
-def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1) -> dict[str, int]:
-    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE)
+def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
+              cores: int | None = None) -> dict[str, int]:
+    """mc, kc, nc for `cores` threads (default: the target's, _cores)."""
+    cores = _cores(target) if cores is None else cores
+    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores)
     if packs_panels(n, k, cache_sizes(target)) and not _packs_b(m, blocks["mc"]):
         # B streamed from memory into each item's panels: a narrower panel is a shorter run of each row of B
-        blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE)
+        blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores)
         if batch == 1:
-            blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, _cores(target))
+            blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores)
     return blocks
 
 
@@ -206,8 +209,9 @@ def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int) -> i
     return best
 
 
-def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core: int) -> dict[str, int]:
-    """mc, kc, nc (module docstring), columns split for `per_core` work items per core."""
+def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core: int,
+            cores: int) -> dict[str, int]:
+    """mc, kc, nc (module docstring), columns split for `per_core` work items per core of `cores`."""
     caches = cache_sizes(target)
     if tile.nr >= 4 * tile.lanes:
         # a sliver four vectors wide: 2/3 of L1 per 32 columns (256 rows at 48 KB), which streams through L1
@@ -220,12 +224,12 @@ def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
     nc = _even(n_padded, nc, tile.nr)
-    wanted = -(-per_core * _cores(target) // batch) if _cores(target) > 1 else 1
+    wanted = -(-per_core * cores // batch) if cores > 1 else 1
     row_blocks = -(-m // mc)
     if row_blocks * -(-n // nc) < wanted:   # more column blocks, each at least MIN_COLUMN_SLIVERS wide
         nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
                  _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
-    wanted = -(-BALANCED_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
+    wanted = -(-BALANCED_ITEMS_PER_CORE * cores // batch) if cores > 1 else 1
     column_blocks = -(-n // nc)
     if row_blocks * column_blocks < wanted and m >= 2 * MIN_SPLIT_ROWS:   # tall: more row blocks, cheaply
         rows_wanted = -(-wanted // column_blocks)
@@ -234,7 +238,7 @@ def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core
         if row_blocks * column_blocks < wanted:   # rows at their floor: the rest from the columns
             nc = max(min(nc, MIN_COLUMN_SLIVERS * tile.nr),
                      _even(n_padded, _round_up(-(-n_padded * row_blocks // wanted), tile.nr), tile.nr))
-    wanted = -(-MIN_ITEMS_PER_CORE * _cores(target) // batch) if _cores(target) > 1 else 1
+    wanted = -(-MIN_ITEMS_PER_CORE * cores // batch) if cores > 1 else 1
     if row_blocks * -(-n // nc) < wanted:   # then more row blocks, each at least 2 tiles high
         mc = max(min(mc, 2 * tile.mr), _even(m, _round_up(-(-m * -(-n // nc) // wanted), tile.mr), tile.mr))
     return {"mc": mc, "kc": kc, "nc": nc}
@@ -296,10 +300,34 @@ def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int 
     pack_b = bool(config.get("pack_b", _packs_b(m, mc))) or b_layout != "kn"
     kc = int(config.get("kc", default["kc"]))
     pack_a = bool(config.get("pack_a", _packs_a(m, n, k, tile, target))) and k > 0
+    pack_panels = not pack_b and packs_panels(n, k, cache_sizes(target))
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
-                    pack_panels=not pack_b and packs_panels(n, k, cache_sizes(target)),
+                    pack_panels=pack_panels,
                     copy_slivers=not pack_b and not packs_panels(n, k, cache_sizes(target))
-                    and crowds_l1_sets(n, kc, cache_sizes(target)), batch=batch, pack_a=pack_a)
+                    and crowds_l1_sets(n, kc, cache_sizes(target)), batch=batch, pack_a=pack_a,
+                    nc_single=_single_panel_columns(m, n, k, tile, target, batch, config) if pack_panels else 0)
+
+
+def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch: int, config) -> int:
+    """The column block of a GEMM that copies panels of a B read in place, for a call that finds itself on one
+    thread (GemmPlan.single_blocks; 0: the plan's own): the analytic nc for one core, unless the config sets mc,
+    nc or kc to other than their defaults (a tuned record was measured with its blocks at its thread count).
+    Split for several threads, each panel is a shorter run of each of B's rows, which comes from memory. Measured,
+    Zen 1 (2 vCPUs), 1 thread, one process alternating both plans: 49x512x4608 -mcpu=haswell (4x24, nc 264 ->
+    528) 1.04-1.05x faster, native (4x16, 128 -> 512) 1.02x; 196x256x2304 (64 -> 256) 1.02x, 64x4096x1024 (1032
+    -> 2064) 1.01x. Not for packed B: 1024^3, 1000^3 and 3072x768x768 ran 0.96-0.98x as fast with the one-core
+    row and column blocks (344 x 1032 for 256 x 264 at 1024^3)."""
+    default = _defaults(m, n, k, tile, target, batch)
+    tuned = any(int(config.get(key, default[key])) != default[key] for key in ("mc", "nc", "kc"))
+    if _cores(target) <= 1 or tuned:
+        return 0
+    single = _defaults(m, n, k, tile, target, batch, cores=1)
+    if (single["mc"], single["kc"]) != (default["mc"], default["kc"]):
+        return 0
+    # the panel is read again by every row tile of the block: it stays in L2
+    fits = max(tile.nr, cache_sizes(target).l2 // (default["kc"] * 4) // tile.nr * tile.nr)
+    nc = _even(_round_up(n, tile.nr), min(single["nc"], fits), tile.nr)
+    return nc if nc > default["nc"] else 0
 
 
 def packs_panels(n: int, k: int, caches) -> bool:
