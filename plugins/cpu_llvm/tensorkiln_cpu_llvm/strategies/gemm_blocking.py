@@ -314,9 +314,11 @@ def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch:
     nc or kc to other than their defaults (a tuned record was measured with its blocks at its thread count).
     Split for several threads, each panel is a shorter run of each of B's rows, which comes from memory. Measured,
     Zen 1 (2 vCPUs), 1 thread, one process alternating both plans: 49x512x4608 -mcpu=haswell (4x24, nc 264 ->
-    528) 1.04-1.05x faster, native (4x16, 128 -> 512) 1.02x; 196x256x2304 (64 -> 256) 1.02x, 64x4096x1024 (1032
-    -> 2064) 1.01x. Not for packed B: 1024^3, 1000^3 and 3072x768x768 ran 0.96-0.98x as fast with the one-core
-    row and column blocks (344 x 1032 for 256 x 264 at 1024^3)."""
+    528) 1.04-1.05x faster, native (4x16, 128 -> 512) 1.02-1.08x, 64x768x3072 (192 -> 768) 1.02-1.05x;
+    196x256x2304, 197x768x3072, 64x256x1024 and 49x2048x512 even within the noise. Without the L2 cap,
+    128x3072x768 (768 -> 3072 columns, a 1.9 MB panel) ran 0.96x. Not for packed B: 1024^3, 1000^3 and
+    3072x768x768 ran 0.96-0.98x as fast with the one-core row and column blocks (344 x 1032 for 256 x 264 at
+    1024^3)."""
     default = _defaults(m, n, k, tile, target, batch)
     tuned = any(int(config.get(key, default[key])) != default[key] for key in ("mc", "nc", "kc"))
     if _cores(target) <= 1 or tuned:
