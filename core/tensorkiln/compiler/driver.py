@@ -26,6 +26,7 @@ from .lower_groups import GroupKernel, group_name, lower_group
 from .lowering_cache import LoweringCache, group_key, lowering_cache
 from .schedule_plan import schedule_plan
 from .placement import place_ops
+from .placed_concats import placed_concat_calls
 from .plan import build_plan
 
 __all__ = ["compile", "as_module", "fused_groups", "use_tuning_db"]
@@ -135,7 +136,8 @@ def _lowered(groups: list[_Group], tuning_db, context: PassContext, into: list[G
 @holding_gc
 def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int | None = None, strict: bool = False,
             context: PassContext | None = None, shape: dict | None = None, concurrent: bool | None = None,
-            memory_limit: int | None = None, tuning_db=None, zero_copy_reshape: bool = True):
+            memory_limit: int | None = None, tuning_db=None, zero_copy_reshape: bool = True,
+            zero_copy_concat: bool = True):
     """Compile a model for `target`; returns a CompiledModel ready to run.
 
     opt_level 0 runs each op as its own kernel without memory reuse; higher
@@ -153,6 +155,9 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
     `zero_copy_reshape` (opt level >= 1, targets declaring `alias_buffers`): a group that only
     reshapes runs no kernel, its output aliases its input's bytes (compiler/alias_steps.py);
     `summary()["alias_steps"]` counts them. False keeps a copy kernel for each (comparisons).
+    `zero_copy_concat` (the same conditions): a concatenation whose inputs are contiguous ranges of
+    its output runs no kernel, its inputs' producers write into its output's bytes
+    (compiler/placed_concats.py); `summary()["placed_concats"]` counts them. False keeps their kernels.
     """
     from ..runtime.compiled_model import CompiledModel
 
@@ -179,14 +184,19 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
                         f"tensorkiln.tune.Database({str(tuning_db)!r})")
     # groups that only reshape run no kernel: their output aliases their input (compiler/alias_steps.py)
     aliases = alias_group_calls(calls, target, registry(), zero_copy_reshape and context.opt_level >= 1)
-    groups, names = _distinct_groups([c for c in calls if control_call(c.op) is None and id(c) not in aliases],
+    # concatenations whose inputs are written in place into their output (compiler/placed_concats.py)
+    placed = placed_concat_calls(mod.main, calls, target, registry(), aliases,
+                                 zero_copy_concat and context.opt_level >= 1)
+    elided = aliases | placed
+    groups, names = _distinct_groups([c for c in calls if control_call(c.op) is None and id(c) not in elided],
                                      target)
-    names.update({id(c): group_name(c.op) for c in calls if id(c) in aliases})
+    names.update({id(c): group_name(c.op) for c in calls if id(c) in elided})
     # If/Loop/Scan: each body compiled as a model of its own, the group a host step of the plan
     programs, program_names = compile_control_steps(
         [c for c in calls if control_call(c.op) is not None],
         lambda body: compile(body, target, strict=strict, context=context, memory_limit=memory_limit,
-                             tuning_db=tuning_db, zero_copy_reshape=zero_copy_reshape))
+                             tuning_db=tuning_db, zero_copy_reshape=zero_copy_reshape,
+                             zero_copy_concat=zero_copy_concat))
     names.update(program_names)
     # each target's groups are lowered as its emitter draws them: code generation overlaps lowering
     kernels: dict[str, list[GroupKernel]] = {}
@@ -199,9 +209,9 @@ def compile(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: int |
         target_objects[target_text] = resolved
     strategies = {k.name: {"target": text, "ops": list(k.ops), **k.strategy}
                   for text, group_kernels in kernels.items() for k in group_kernels}
-    if programs or aliases:   # host steps use the target's loader for their buffers, even with no kernel of it
+    if programs or elided:   # host steps use the target's loader for their buffers, even with no kernel of it
         target_objects.setdefault(str(target), target)
-    plan, constants = build_plan(mod.main, names, str(target), aliases)
+    plan, constants = build_plan(mod.main, names, str(target), aliases, placed)
     # Memory-aware step order, concurrent levels (where every target allows it) and storages.
     if concurrent is None:
         concurrent = context.opt_level >= 1 and all(
@@ -242,8 +252,9 @@ def fused_groups(model: Any, target: "str | Target" = "cpu_llvm", *, opt_level: 
     mod, _ = _partition(mod, target, context, strict)
     calls = _group_calls(mod)
     aliases = alias_group_calls(calls, target, registry(), context.opt_level >= 1)   # elided: no kernel
+    elided = aliases | placed_concat_calls(mod.main, calls, target, registry(), aliases, context.opt_level >= 1)
     # If/Loop/Scan groups are host steps, not kernels (their bodies' kernels are not listed)
-    return [c for c in calls if control_call(c.op) is None and id(c) not in aliases], target
+    return [c for c in calls if control_call(c.op) is None and id(c) not in elided], target
 
 
 def _pipeline(context: PassContext) -> tuple[str, ...]:

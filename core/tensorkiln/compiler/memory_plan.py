@@ -11,6 +11,13 @@ storage of their own: liveness is per root value (the end of the alias chain), s
 storage stays live until the last read of any alias of it, and no step writes over it in place
 before then. An alias gets its root's storage; an alias of an input or constant gets none (it is
 a view of that buffer, which no kernel writes).
+
+Placed values (`ValueInfo.placed_in`: a concatenation elided, compiler/placed_concats.py) are
+bytes of their root, the outermost elided concatenation, which no step produces: its storage is
+taken when the first of its parts is written and stays live until the last step reading any value
+rooted in it (or writing one of its parts). A placed part is written at an offset of that storage
+while its step's inputs are still read, so it never takes a storage in place, and a step runs in
+place over a dying root only where it reads it from offset 0 with an output's shape.
 """
 from __future__ import annotations
 
@@ -37,7 +44,7 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
     root = plan.root
     last_use: dict[int, int] = {}
     for index, step in enumerate(plan.steps):
-        for value_id in step.inputs:
+        for value_id in (*step.inputs, *(v for v in step.outputs if plan.values[v].placed_in >= 0)):
             last_use[root(value_id)] = index
     end = len(plan.steps)
     for value_id in plan.outputs:
@@ -48,17 +55,18 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
     free: dict[str, list[int]] = {}
     holders: dict[int, int] = {}   # storage id -> value currently in it
 
-    def allocate(value_id: int, target: str, preferred: list[int]) -> int:
+    def allocate(value_id: int, target: str, preferred: list[int], avoided: tuple[int, ...] = ()) -> int:
         need = values[value_id].nbytes
         pool = free.setdefault(target, [])
         for storage in preferred:  # in place: an input of this elementwise step that dies here
             if storage in pool and sizes[storage] >= need:
                 pool.remove(storage)
                 return storage
+        pool = [s for s in pool if s not in avoided]
         if reuse and pool:
             fitting = [s for s in pool if sizes[s] >= need]
             storage = min(fitting, key=lambda s: sizes[s]) if fitting else max(pool, key=lambda s: sizes[s])
-            pool.remove(storage)
+            free[target].remove(storage)
             sizes[storage] = max(sizes[storage], need)
             return storage
         sizes.append(need)
@@ -71,13 +79,21 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
         if reuse and _is_elementwise(step.ops):
             out_shapes = {values[o].shape for o in step.outputs}
             for value_id in dying:
-                # every read of the storage here (the root or an alias of it) has an output's shape:
-                # element i is read only to write element i
-                if all(values[u].shape in out_shapes for u in step.inputs if root(u) == value_id):
+                # every read of the storage here (the root or an alias of it) has an output's shape and
+                # starts at the storage's start: element i is read only to write element i
+                if all(values[u].shape in out_shapes and plan.root_offset(u) == 0
+                       for u in step.inputs if root(u) == value_id):
                     storage = values[value_id].storage
                     free.setdefault(storage_target[storage], []).append(storage)
                     in_place.append(storage)
         for value_id in step.outputs:
+            if plan.values[value_id].placed_in >= 0:   # its root's storage, taken by its first part
+                container = root(value_id)
+                if values[container].storage < 0:
+                    storage = allocate(container, step.target, [], tuple(in_place))
+                    values[container] = replace(values[container], storage=storage)
+                    holders[storage] = container
+                continue
             storage = allocate(value_id, step.target, in_place)
             values[value_id] = replace(values[value_id], storage=storage)
             holders[storage] = value_id
@@ -87,11 +103,11 @@ def plan_memory(plan: ExecutionPlan, reuse: bool = True) -> ExecutionPlan:
             if storage not in pool and holders.get(storage) == value_id:
                 pool.append(storage)
         for value_id in step.outputs:  # an output nobody reads (e.g. an unused split field)
-            if value_id not in last_use:
+            if value_id not in last_use and plan.values[value_id].placed_in < 0:
                 free.setdefault(step.target, []).append(values[value_id].storage)
 
     for value in plan.values:   # an alias reads its root's storage (-1: an input's or a constant's buffer)
-        if value.alias_of >= 0:
+        if value.alias_of >= 0 or value.placed_in >= 0:
             values[value.id] = replace(value, storage=values[root(value.id)].storage)
 
     offsets: dict[str, int] = {}

@@ -15,25 +15,30 @@ from ..graph.registry import Op
 from ..graph.types import TensorType, TupleType
 from ..ir.errors import InternalError, ShapeError
 from ..ir.index_range import describe_out_of_range, first_out_of_range
-from ..runtime.plan import AliasStep, ExecutionPlan, IndexCheck, KernelStep, ValueInfo
+from ..runtime.plan import AliasStep, ExecutionPlan, IndexCheck, KernelStep, PlacedConcat, ValueInfo
+from .placed_concats import concat_order
 
 __all__ = ["build_plan"]
 
 
 def build_plan(main: Function, kernel_names: dict[int, str], default_target: str,
-               alias_calls: frozenset[int] | set[int] = frozenset()) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
+               alias_calls: frozenset[int] | set[int] = frozenset(),
+               placed_calls: frozenset[int] | set[int] = frozenset()) -> tuple[ExecutionPlan, dict[int, np.ndarray]]:
     """Walk the fused main function in order; returns the plan and constant values by value id.
 
     `kernel_names` maps id(group call) to its kernel name; each group function's "target" and
     "fallback_reason" attrs (placement) give the step's target (else `default_target`) and reason.
     `alias_calls`: id() of the groups that only reshape (compiler/alias_steps.py): each becomes an
     AliasStep, its output a value aliasing its input (no kernel, no step).
+    `placed_calls`: id() of the concatenations elided by placement (compiler/placed_concats.py): each
+    becomes a PlacedConcat, its inputs values placed in its output at their byte offsets.
     """
     values: list[ValueInfo] = []
     constants: dict[int, np.ndarray] = {}
     ids: dict[int, list[int]] = {}
     steps: list[KernelStep] = []
     aliases: list[AliasStep] = []
+    placed: list[PlacedConcat] = []
 
     def new_value(ttype: TensorType, kind: str, name: str, alias_of: int = -1) -> int:
         values.append(ValueInfo(len(values), tuple(ttype.shape), ttype.dtype, kind, name, alias_of=alias_of))
@@ -61,6 +66,24 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
                                                            if isinstance(c, Call)),
                                      node.op.attr("fallback_reason", "")))
             ids[id(node)] = [output]
+        elif isinstance(node, Call) and isinstance(node.op, Function) and id(node) in placed_calls:
+            name = kernel_names.get(id(node), "concat")
+            output = new_value(node.checked_type, "intermediate", name)
+            parts = [ids[id(node.args[position])][0] for position in concat_order(node.op)]
+            offset = 0
+            for part in parts:
+                if values[part].placed_in >= 0 or values[part].alias_of >= 0 or values[part].kind != "intermediate":
+                    raise InternalError(f"{name}: value {values[part].name} cannot be placed in the "
+                                        f"concatenation (placed_concat_calls let it through)\n{node.op}")
+                values[part] = replace(values[part], placed_in=output, placed_offset=offset)
+                offset += values[part].nbytes
+            if offset != values[output].nbytes:
+                raise InternalError(f"{name}: the placed inputs cover {offset} of the concatenation's "
+                                    f"{values[output].nbytes} bytes\n{node.op}")
+            placed.append(PlacedConcat(name, node.op.attr("target") or default_target, tuple(parts), output,
+                                       tuple(c.op.name for c in post_order(node.op.body) if isinstance(c, Call)),
+                                       node.op.attr("fallback_reason", "")))
+            ids[id(node)] = [output]
         elif isinstance(node, Call) and isinstance(node.op, Function):
             ret = node.checked_type
             field_types = ret.fields if isinstance(ret, TupleType) else (ret,)
@@ -85,7 +108,11 @@ def build_plan(main: Function, kernel_names: dict[int, str], default_target: str
     for value_id in outputs:
         if values[value_id].kind == "intermediate":
             values[value_id] = replace(values[value_id], kind="output")
-    return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs, aliases=tuple(aliases)), constants
+    for value_id in outputs:
+        if values[value_id].placed_in >= 0:
+            raise InternalError(f"model output {values[value_id].name} was placed in a concatenation")
+    return ExecutionPlan(tuple(values), tuple(steps), tuple(inputs), outputs, aliases=tuple(aliases),
+                         placed_concats=tuple(placed)), constants
 
 
 def _index_checks(function: Function, args: list[int], constants: dict[int, np.ndarray]) -> tuple[IndexCheck, ...]:

@@ -1,7 +1,8 @@
 """compiler/schedule_plan.py: execution order, concurrent levels and memory planning of a plan.
 
 Dependency analysis on the kernel steps of an ExecutionPlan (a step depends on
-the steps producing its inputs), used three ways:
+the steps producing its inputs: for an elided concatenation, the steps writing
+its parts, `value_writers`), used three ways:
 
 - `order_steps`: a topological order that lowers peak activation memory. Greedy,
   as onnxruntime's and TVM's memory-aware orderings: among the ready steps, run
@@ -27,7 +28,8 @@ from dataclasses import replace
 from ..runtime.plan import ExecutionPlan, KernelStep
 from .memory_plan import plan_memory
 
-__all__ = ["schedule_plan", "order_steps", "find_concurrent_levels", "peak_bytes", "step_dependencies"]
+__all__ = ["schedule_plan", "order_steps", "find_concurrent_levels", "peak_bytes", "step_dependencies",
+           "value_writers"]
 
 
 def schedule_plan(plan: ExecutionPlan, reuse: bool = True, concurrent: bool = False) -> ExecutionPlan:
@@ -48,9 +50,43 @@ def schedule_plan(plan: ExecutionPlan, reuse: bool = True, concurrent: bool = Fa
 
 def step_dependencies(plan: ExecutionPlan) -> list[set[int]]:
     """For each step, the indices of the steps producing its inputs."""
+    writers = value_writers(plan)
+    return [set().union(*(writers[v] for v in step.inputs)) for step in plan.steps]
+
+
+def value_writers(plan: ExecutionPlan) -> list[frozenset[int]]:
+    """For each value, the indices of the steps writing its bytes: the step producing it; for an alias,
+    its source's writers; for an elided concatenation (`ValueInfo.placed_in` of its parts), the union
+    of its parts' writers, and nothing else: reading a part waits for that part's writer only."""
     producer = {value: index for index, step in enumerate(plan.steps) for value in step.outputs}
-    roots = [plan.root(v) for v in range(len(plan.values))]   # an alias depends on its root's producer
-    return [{producer[roots[v]] for v in step.inputs if roots[v] in producer} for step in plan.steps]
+    parts: dict[int, list[int]] = {}
+    for value in plan.values:
+        if value.placed_in >= 0:
+            parts.setdefault(value.placed_in, []).append(value.id)
+    writers: list[frozenset[int] | None] = [None] * len(plan.values)
+
+    def of(value_id: int) -> frozenset[int]:
+        # iterative: chains of concatenations and aliases can be as long as the model
+        stack = [value_id]
+        while stack:
+            current = stack[-1]
+            if writers[current] is not None:
+                stack.pop()
+                continue
+            value = plan.values[current]
+            sources = [value.alias_of] if value.alias_of >= 0 else parts.get(current, [])
+            missing = [s for s in sources if writers[s] is None]
+            if current in producer:
+                writers[current] = frozenset((producer[current],))
+            elif missing:
+                stack.extend(missing)
+                continue
+            else:
+                writers[current] = frozenset().union(*(writers[s] for s in sources))
+            stack.pop()
+        return writers[value_id]
+
+    return [of(v) for v in range(len(plan.values))]
 
 
 def find_concurrent_levels(plan: ExecutionPlan) -> tuple[tuple[int, ...], ...]:

@@ -142,13 +142,16 @@ class CompiledModel:
                  "fallback_reason": step.fallback_reason} for step in self.plan.steps]
 
     def summary(self) -> dict:
-        intermediate = [v for v in self.plan.values if v.kind in ("intermediate", "output") and v.alias_of < 0]
+        intermediate = [v for v in self.plan.values
+                        if v.kind in ("intermediate", "output") and v.alias_of < 0 and v.placed_in < 0]
         return {
             "target": self.target,
             "kernels": len({(s.target, s.kernel) for s in self.plan.steps}),
             "kernel_launches": len(self.plan.steps),
             # reshape-only groups elided: their outputs alias their inputs' bytes, no kernel runs
             "alias_steps": len(self.plan.aliases),
+            # concatenations elided: their inputs' producers write into their output, no kernel runs
+            "placed_concats": len(self.plan.placed_concats),
             "ops": self.ops_before_fusion,
             "peak_activation_bytes": sum(s.nbytes for s in self.plan.storages),
             "unplanned_activation_bytes": sum(v.nbytes for v in intermediate),

@@ -64,10 +64,11 @@ class _ExecutionState:
                 self.host_values[value.id] = executor.constants[value.id]
             elif value.alias_of >= 0 and value.storage < 0:   # a view of an input or a constant (no kernel)
                 self.host_values[value.id] = self.host_values[value.alias_of].reshape(value.shape)
-            else:   # an alias with a storage is its root's storage at the same offset
+            else:   # an alias or a placed value: its root's storage, at its offset in the root's bytes
                 storage = storages[value.storage]
                 self.host_values[value.id] = executor.loaders[storage.target].view(
-                    self.arenas[storage.target], storage.offset, value.shape, value.dtype)
+                    self.arenas[storage.target], storage.offset + plan.root_offset(value.id), value.shape,
+                    value.dtype)
         self.mirrors: dict[tuple[int, str], Any] = {}   # copies of inputs and cross-target values
         self.step_args = [self._bind_step(step) for step in plan.steps]
         # Each step's arguments are the same arrays every run, so each kernel is bound to them

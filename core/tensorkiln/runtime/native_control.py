@@ -62,7 +62,7 @@ def _body(model, arena_offset: int, num_inputs: int) -> tuple[PlanEntryBody, Any
         elif root.kind == "constant":
             outputs.append(Slot("address", executor.constants[root.id].ctypes.data))
         else:
-            outputs.append(Slot("arena", storages[root.storage].offset))
+            outputs.append(Slot("arena", storages[root.storage].offset + plan.root_offset(value_id)))
         sizes.append(plan.values[value_id].nbytes)
     if entry is None:
         return PlanEntryBody(0, 0, 0, num_inputs, arena_offset, tuple(outputs), tuple(sizes)), None

@@ -13,7 +13,8 @@ any other splits a run into native calls with the Python loop running it between
 takes checks (`plan_entry_index_checks`), else in Python, where a gather whose indices are
 computed starts a new native call.
 A value that aliases another (a reshape-only group elided, `ValueInfo.alias_of`) has no step
-and no call: the tables hold its root's slot (input, constant) or arena offset.
+and no call: the tables hold its root's slot (input, constant) or arena offset; a value placed in
+an elided concatenation (`ValueInfo.placed_in`) is its root's arena offset plus its own offset in it.
 """
 from __future__ import annotations
 
@@ -134,7 +135,8 @@ def _spec(executor, index_checks: bool = True) -> tuple[_Spec | None, NativeEntr
             return Slot("input", input_index[value.id])
         if value.kind == "constant":
             return Slot("constant", constant_index.setdefault(value.id, len(constant_index)))
-        return Slot("arena", storages[value.storage].offset)
+        # a placed value (part of an elided concatenation) lies inside its root's storage
+        return Slot("arena", storages[value.storage].offset + plan.root_offset(value_id))
 
     from .native_control import Scratch, control_record
     scratch = Scratch(executor.arena_sizes.get(target, 0))

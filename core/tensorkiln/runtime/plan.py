@@ -12,7 +12,7 @@ import numpy as np
 
 from ..ir.dtypes import dtype_of
 
-__all__ = ["ValueInfo", "IndexCheck", "KernelStep", "AliasStep", "StorageInfo", "ExecutionPlan"]
+__all__ = ["ValueInfo", "IndexCheck", "KernelStep", "AliasStep", "PlacedConcat", "StorageInfo", "ExecutionPlan"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,12 @@ class ValueInfo:
     `alias_of` >= 0: the value is the same contiguous bytes as value `alias_of` read with another
     shape (an `AliasStep` made it, no kernel): it shares that value's storage (or its input or
     constant buffer) and keeps it live as long as the alias is read.
+
+    `placed_in` >= 0: the value's bytes are bytes [placed_offset, placed_offset + nbytes) of value
+    `placed_in`, the output of an elided concatenation (a `PlacedConcat`, no kernel): the step
+    producing the value writes them there, and a read of `placed_in` reads every part at once.
+    Like an alias, it has no storage of its own (`storage` is its root's: `ExecutionPlan.root`,
+    at `ExecutionPlan.root_offset`).
     """
 
     id: int
@@ -31,6 +37,8 @@ class ValueInfo:
     name: str
     storage: int = -1
     alias_of: int = -1
+    placed_in: int = -1
+    placed_offset: int = 0
 
     @property
     def nbytes(self) -> int:
@@ -82,6 +90,20 @@ class AliasStep:
 
 
 @dataclass(frozen=True)
+class PlacedConcat:
+    """A concatenation elided by placement (compiler/placed_concats.py): each of `inputs` is placed in
+    `output`'s bytes (`ValueInfo.placed_in`), so its producer writes it there and nothing runs for the
+    concatenation. Kept for reports (`CompiledModel.summary()["placed_concats"]`)."""
+
+    kernel: str
+    target: str
+    inputs: tuple[int, ...]
+    output: int
+    ops: tuple[str, ...]
+    fallback_reason: str = ""
+
+
+@dataclass(frozen=True)
 class StorageInfo:
     """A planned buffer: `offset` into the arena of `target`'s memory."""
 
@@ -97,6 +119,8 @@ class ExecutionPlan:
 
     `concurrent_levels` groups step indices that may run at the same time. `aliases`: the
     groups elided as views (not steps: nothing runs for them; see `ValueInfo.alias_of`).
+    `placed_concats`: the concatenations elided by placing their inputs in their output's bytes
+    (not steps either; see `ValueInfo.placed_in`).
     """
 
     values: tuple[ValueInfo, ...]
@@ -106,15 +130,36 @@ class ExecutionPlan:
     storages: tuple[StorageInfo, ...] = ()
     concurrent_levels: tuple[tuple[int, ...], ...] = field(default=())
     aliases: tuple[AliasStep, ...] = ()
+    placed_concats: tuple[PlacedConcat, ...] = ()
 
     def value(self, value_id: int) -> ValueInfo:
         return self.values[value_id]
 
     def root(self, value_id: int) -> int:
-        """The value whose bytes `value_id` reads: itself, or the end of its chain of aliases."""
-        while self.values[value_id].alias_of >= 0:
-            value_id = self.values[value_id].alias_of
-        return value_id
+        """The value whose storage holds `value_id`'s bytes: itself, or the end of its chain of aliases
+        and placements (the outermost elided concatenation it is part of)."""
+        while True:
+            value = self.values[value_id]
+            if value.alias_of >= 0:
+                value_id = value.alias_of
+            elif value.placed_in >= 0:
+                value_id = value.placed_in
+            else:
+                return value_id
+
+    def root_offset(self, value_id: int) -> int:
+        """Where `value_id`'s bytes start in its root's: the sum of the placements' offsets along the
+        chain (an alias adds nothing)."""
+        offset = 0
+        while True:
+            value = self.values[value_id]
+            if value.alias_of >= 0:
+                value_id = value.alias_of
+            elif value.placed_in >= 0:
+                offset += value.placed_offset
+                value_id = value.placed_in
+            else:
+                return offset
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -132,6 +177,8 @@ class ExecutionPlan:
             storages=tuple(StorageInfo(**s) for s in data["storages"]),
             concurrent_levels=tuple(tuple(level) for level in data.get("concurrent_levels", ())),
             aliases=tuple(AliasStep(**{**a, "ops": tuple(a["ops"])}) for a in data.get("aliases", ())),
+            placed_concats=tuple(PlacedConcat(**{**p, "inputs": tuple(p["inputs"]), "ops": tuple(p["ops"])})
+                                 for p in data.get("placed_concats", ())),
         )
 
     def with_storages(self, values: tuple[ValueInfo, ...], storages: tuple[StorageInfo, ...]) -> "ExecutionPlan":

@@ -127,9 +127,11 @@ class Capabilities(_Strict):
     concurrent_kernels: bool = Field(default=False, description="independent kernels may run at the same time")
     export_library: bool = Field(default=False, description="compiled modules can be written as a loadable library")
     alias_buffers: bool = Field(default=False, description="a group that only reshapes may run no kernel, its output "
-                                "a view of its input's bytes: the loader's buffers are host memory the executor "
-                                "may view at any planned offset with any shape (compiler/alias_steps.py); "
-                                "False keeps a copy kernel for each")
+                                "a view of its input's bytes, and a concatenation may run none, its inputs written "
+                                "in its output's bytes: the loader's buffers are host memory the executor may view "
+                                "at any planned offset (a multiple of the element size) with any shape "
+                                "(compiler/alias_steps.py, compiler/placed_concats.py); False keeps a copy kernel "
+                                "for each")
 
     @field_validator("dtypes")
     @classmethod
