@@ -8,6 +8,9 @@ native entry against the Python executor, with and without concurrent levels; on
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -18,6 +21,9 @@ from tensorkiln import graph
 from tensorkiln.compiler.memory_plan import plan_memory
 from tensorkiln.compiler.schedule_plan import schedule_plan, step_dependencies, value_writers
 from tensorkiln.runtime.plan import ExecutionPlan, KernelStep, ValueInfo
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
+from _graphs import assert_same_bits, conv3x3, conv3x3_weight, np_conv3x3  # noqa: E402
 
 RNG = np.random.default_rng(23)
 
@@ -30,25 +36,7 @@ def _compile(module, concurrent: bool | None = None, **options):
 
 
 def _weight(cout: int, cin: int) -> np.ndarray:
-    return (RNG.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
-
-
-def _conv(x, weight: np.ndarray):
-    return graph.nn.conv2d(x, graph.const(weight), padding=(1, 1, 1, 1))
-
-
-def _np_conv(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """3x3 convolution, stride 1, padding 1, NCHW / OIHW, in float64."""
-    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
-    return np.einsum("nchwij,ocij->nohw", windows, weight.astype(np.float64))
-
-
-def _same_bits(first, second) -> None:
-    assert len(first) == len(second)
-    for a, b in zip(first, second):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(a, b)
+    return conv3x3_weight(RNG, cout, cin)
 
 
 def _check_plan(plan: ExecutionPlan) -> None:
@@ -108,20 +96,20 @@ def _dense_block(layers: int = 3, channels: int = 4, growth: int = 4):
     """densenet's block: c_k = concat(c_{k-1}, conv(relu(c_{k-1}))), then a conv of the last."""
     x = graph.var("x", shape=(1, channels, 8, 8))
     weights = [_weight(channels, channels)]
-    first = _conv(x, weights[0])
+    first = conv3x3(x, weights[0])
     c, width = first, channels
     for _ in range(layers):
         weights.append(_weight(growth, width))
-        c = graph.concatenate([c, _conv(graph.nn.relu(c), weights[-1])], axis=1)
+        c = graph.concatenate([c, conv3x3(graph.nn.relu(c), weights[-1])], axis=1)
         width += growth
     weights.append(_weight(channels, width))
-    module = graph.Module.from_expr(_conv(c, weights[-1]))
+    module = graph.Module.from_expr(conv3x3(c, weights[-1]))
 
     def reference(x_value):
-        c_value = _np_conv(x_value, weights[0])
+        c_value = np_conv3x3(x_value, weights[0])
         for weight in weights[1:-1]:
-            c_value = np.concatenate([c_value, _np_conv(np.maximum(c_value, 0), weight)], axis=1)
-        return _np_conv(c_value, weights[-1])
+            c_value = np.concatenate([c_value, np_conv3x3(np.maximum(c_value, 0), weight)], axis=1)
+        return np_conv3x3(c_value, weights[-1])
     return module, reference
 
 
@@ -143,10 +131,10 @@ def test_a_dense_block_writes_its_convs_into_the_concatenation(concurrent):
     native = lib.run([x])
     assert lib.executor.executor_kind.startswith("native entry")
     np.testing.assert_allclose(native[0], reference(x), rtol=1e-4, atol=1e-4)
-    _same_bits(native, lib.executor.run_with([x], native=False))
-    _same_bits(native, copied.run([x]))
+    assert_same_bits(native, lib.executor.run_with([x], native=False))
+    assert_same_bits(native, copied.run([x]))
     lib.executor.concurrent = False
-    _same_bits(native, lib.executor.run_with([x], native=False))
+    assert_same_bits(native, lib.executor.run_with([x], native=False))
     assert lib.summary()["peak_activation_bytes"] <= copied.summary()["peak_activation_bytes"]
 
 
@@ -169,11 +157,11 @@ def test_concatenations_whose_inputs_interleave_keep_their_kernel():
     w1, w2 = _weight(4, 4), _weight(4, 4)
     for shape, axis in (((2, 4, 6, 6), 1), ((1, 4, 6, 6), 2), ((1, 4, 6, 6), 3)):
         x = graph.var("x", shape=shape)
-        joined = graph.concatenate([_conv(x, w1), _conv(x, w2)], axis=axis)
+        joined = graph.concatenate([conv3x3(x, w1), conv3x3(x, w2)], axis=axis)
         lib = _compile(graph.Module.from_expr(graph.nn.relu(graph.sigmoid(joined)) + graph.const(np.float32(1))))
         assert lib.summary()["placed_concats"] == 0
         x_value = RNG.standard_normal(shape).astype(np.float32)
-        want = np.concatenate([_np_conv(x_value, w1), _np_conv(x_value, w2)], axis=axis)
+        want = np.concatenate([np_conv3x3(x_value, w1), np_conv3x3(x_value, w2)], axis=axis)
         np.testing.assert_allclose(lib(x_value), np.maximum(1 / (1 + np.exp(-want)), 0) + 1, rtol=1e-4, atol=1e-4)
 
 
@@ -193,7 +181,7 @@ def test_a_concatenation_on_axis_0_and_an_nhwc_one_with_one_pixel_are_placed():
     want = 1 / (1 + np.exp(-np.stack([joined, joined + 1]).reshape(2, 1, 5)))
     got = lib(x_value)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    _same_bits([got], lib.executor.run_with([x_value], native=False))
+    assert_same_bits([got], lib.executor.run_with([x_value], native=False))
 
 
 def test_inputs_that_cannot_be_placed_keep_the_concatenation_correct():
@@ -201,30 +189,30 @@ def test_inputs_that_cannot_be_placed_keep_the_concatenation_correct():
     concatenation keeps its kernel (or, for the second of two, only the first places the value)."""
     x = graph.var("x", shape=(1, 4, 6, 6))
     w1, w2, w3 = _weight(4, 4), _weight(4, 4), _weight(4, 8)
-    a, b = _conv(x, w1), _conv(x, w2)
+    a, b = conv3x3(x, w1), conv3x3(x, w2)
     table = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     with_input = graph.concatenate([a, x], axis=1)
     with_constant = graph.concatenate([b, graph.const(table)], axis=1)
     twice = graph.concatenate([a, a], axis=1)
     first_of_two = graph.concatenate([b, a], axis=1)    # b placed here unless with_constant kept b
     second_of_two = graph.concatenate([a, b], axis=1)
-    outputs = [_conv(v, w3) for v in (with_input, with_constant, twice, first_of_two, second_of_two)]
-    as_output = graph.concatenate([_conv(x, w3[:, :4]), _conv(x, w3[:, 4:])], axis=1)   # a model output
+    outputs = [conv3x3(v, w3) for v in (with_input, with_constant, twice, first_of_two, second_of_two)]
+    as_output = graph.concatenate([conv3x3(x, w3[:, :4]), conv3x3(x, w3[:, 4:])], axis=1)   # a model output
     module = graph.Module.from_expr(graph.tuple_(*outputs, as_output, a))            # a: an output too
     lib = _compile(module)
     copied = _compile(module, zero_copy_concat=False)
     _check_plan(lib.plan)
     x_value = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    a_value, b_value = _np_conv(x_value, w1), _np_conv(x_value, w2)
+    a_value, b_value = np_conv3x3(x_value, w1), np_conv3x3(x_value, w2)
     joined = [np.concatenate(pair, axis=1) for pair in ((a_value, x_value), (b_value, table), (a_value, a_value),
                                                          (b_value, a_value), (a_value, b_value))]
-    want = [_np_conv(v, w3) for v in joined]
-    want += [np.concatenate([_np_conv(x_value, w3[:, :4]), _np_conv(x_value, w3[:, 4:])], axis=1), a_value]
+    want = [np_conv3x3(v, w3) for v in joined]
+    want += [np.concatenate([np_conv3x3(x_value, w3[:, :4]), np_conv3x3(x_value, w3[:, 4:])], axis=1), a_value]
     got = lib.run([x_value])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
-    _same_bits(got, lib.executor.run_with([x_value], native=False))
-    _same_bits(got, copied.run([x_value]))
+    assert_same_bits(got, lib.executor.run_with([x_value], native=False))
+    assert_same_bits(got, copied.run([x_value]))
     # only b can be placed (a is a model output), in one concatenation only
     placed = [v for v in lib.plan.values if v.placed_in >= 0]
     assert len(placed) <= 1
@@ -235,9 +223,9 @@ def test_a_value_in_two_concatenations_is_placed_in_the_first_only_and_a_view_of
     x = graph.var("x", shape=(1, 4, 6, 6))
     w = [_weight(4, 4) for _ in range(3)]
     wj = _weight(4, 8)
-    b, c, d = (_conv(x, weight) for weight in w)
+    b, c, d = (conv3x3(x, weight) for weight in w)
     first, second = graph.concatenate([b, c], axis=1), graph.concatenate([c, d], axis=1)
-    module = graph.Module.from_expr(graph.tuple_(_conv(first, wj), _conv(second, wj), graph.reshape(c, (4, 36))))
+    module = graph.Module.from_expr(graph.tuple_(conv3x3(first, wj), conv3x3(second, wj), graph.reshape(c, (4, 36))))
     lib = _compile(module)
     assert lib.summary()["placed_concats"] == 1 and lib.summary()["alias_steps"] == 1
     (concat,) = lib.plan.placed_concats
@@ -245,13 +233,13 @@ def test_a_value_in_two_concatenations_is_placed_in_the_first_only_and_a_view_of
     assert sum(1 for v in lib.plan.values if v.placed_in >= 0) == 2
     _check_plan(lib.plan)
     x_value = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    b_value, c_value, d_value = (_np_conv(x_value, weight) for weight in w)
+    b_value, c_value, d_value = (np_conv3x3(x_value, weight) for weight in w)
     got = lib.run([x_value])
-    np.testing.assert_allclose(got[0], _np_conv(np.concatenate([b_value, c_value], axis=1), wj), rtol=1e-4, atol=1e-4)
-    np.testing.assert_allclose(got[1], _np_conv(np.concatenate([c_value, d_value], axis=1), wj), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], np_conv3x3(np.concatenate([b_value, c_value], axis=1), wj), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], np_conv3x3(np.concatenate([c_value, d_value], axis=1), wj), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got[2], c_value.reshape(4, 36), rtol=1e-4, atol=1e-4)
-    _same_bits(got, lib.executor.run_with([x_value], native=False))
-    _same_bits(got, _compile(module, zero_copy_concat=False).run([x_value]))
+    assert_same_bits(got, lib.executor.run_with([x_value], native=False))
+    assert_same_bits(got, _compile(module, zero_copy_concat=False).run([x_value]))
 
 
 def test_a_part_read_by_other_steps_is_read_where_it_is_placed():
@@ -259,19 +247,19 @@ def test_a_part_read_by_other_steps_is_read_where_it_is_placed():
     before and after the concatenation's reader."""
     x = graph.var("x", shape=(1, 4, 6, 6))
     w1, w2, w3, w4 = _weight(4, 4), _weight(4, 4), _weight(4, 8), _weight(4, 4)
-    a, b = _conv(x, w1), _conv(x, w2)
-    joined = _conv(graph.concatenate([a, b], axis=1), w3)
-    module = graph.Module.from_expr(graph.tuple_(joined + _conv(b, w4), graph.sigmoid(b) * joined))
+    a, b = conv3x3(x, w1), conv3x3(x, w2)
+    joined = conv3x3(graph.concatenate([a, b], axis=1), w3)
+    module = graph.Module.from_expr(graph.tuple_(joined + conv3x3(b, w4), graph.sigmoid(b) * joined))
     lib = _compile(module)
     assert lib.summary()["placed_concats"] == 1
     _check_plan(lib.plan)
     x_value = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
-    a_value, b_value = _np_conv(x_value, w1), _np_conv(x_value, w2)
-    j = _np_conv(np.concatenate([a_value, b_value], axis=1), w3)
+    a_value, b_value = np_conv3x3(x_value, w1), np_conv3x3(x_value, w2)
+    j = np_conv3x3(np.concatenate([a_value, b_value], axis=1), w3)
     got = lib.run([x_value])
-    np.testing.assert_allclose(got[0], j + _np_conv(b_value, w4), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], j + np_conv3x3(b_value, w4), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(got[1], 1 / (1 + np.exp(-b_value)) * j, rtol=1e-4, atol=1e-4)
-    _same_bits(got, lib.executor.run_with([x_value], native=False))
+    assert_same_bits(got, lib.executor.run_with([x_value], native=False))
 
 
 def test_a_plan_with_placed_values_round_trips_through_json_and_the_deploy_runtime(tmp_path):
@@ -287,7 +275,7 @@ def test_a_plan_with_placed_values_round_trips_through_json_and_the_deploy_runti
     lib.export(tmp_path / "placed.tkpkg")
     model = deploy.load(tmp_path / "placed.tkpkg")
     x = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    _same_bits(model.run({"x": x}), lib.run({"x": x}))
+    assert_same_bits(model.run({"x": x}), lib.run({"x": x}))
     np.testing.assert_allclose(model.run({"x": x})[0], reference(x), rtol=1e-4, atol=1e-4)
 
 
@@ -404,7 +392,7 @@ def test_random_concatenation_graphs_match_numpy(case, concurrent):
     got = lib.run([x_value])
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
-    _same_bits(got, lib.executor.run_with([x_value], native=False))
+    assert_same_bits(got, lib.executor.run_with([x_value], native=False))
 
 
 def test_an_if_step_reads_a_placed_value_where_it_lies():
@@ -439,4 +427,4 @@ def test_an_if_step_reads_a_placed_value_where_it_lies():
         got = lib.run(feeds)
         np.testing.assert_allclose(got[0], np.concatenate([a, b], axis=1) @ weights["w3"], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(got[1], np.maximum(b, 0) if flag else 1 / (1 + np.exp(-b)), rtol=1e-5, atol=1e-6)
-        _same_bits(got, lib.executor.run_with(feeds, native=False))
+        assert_same_bits(got, lib.executor.run_with(feeds, native=False))

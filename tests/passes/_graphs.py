@@ -39,3 +39,28 @@ def run(mod, **inputs):
 
 def random_input(var):
     return RNG.uniform(-1, 1, size=var.shape).astype(var.dtype)
+
+
+def conv3x3_weight(rng, cout: int, cin: int) -> np.ndarray:
+    """An OIHW 3x3 weight, small enough that chains of convs stay in range."""
+    return (rng.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
+
+
+def conv3x3(x, weight: np.ndarray):
+    """3x3 convolution, stride 1, padding 1, NCHW / OIHW, with a constant weight."""
+    return graph.nn.conv2d(x, graph.const(weight), padding=(1, 1, 1, 1))
+
+
+def np_conv3x3(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
+    """`conv3x3` in numpy, in float64: the reference."""
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
+    return np.einsum("nchwij,ocij->nohw", windows, weight.astype(np.float64))
+
+
+def assert_same_bits(first, second) -> None:
+    """Two lists of outputs with the same dtypes, shapes and bits."""
+    assert len(first) == len(second)
+    for a, b in zip(first, second):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)

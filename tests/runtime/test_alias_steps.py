@@ -21,30 +21,15 @@ from tensorkiln.runtime.plan import ExecutionPlan, KernelStep, ValueInfo
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 import real_graphs  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
+from _graphs import assert_same_bits, conv3x3, conv3x3_weight, np_conv3x3  # noqa: E402
+
 RNG = np.random.default_rng(11)
 VIEW_OPS = {"reshape", "squeeze", "expand_dims", "copy"}
 
 
 def _weight(cout: int, cin: int) -> np.ndarray:
-    return (RNG.standard_normal((cout, cin, 3, 3)) * 0.3).astype(np.float32)
-
-
-def _conv(x, weight: np.ndarray):
-    return graph.nn.conv2d(x, graph.const(weight), padding=(1, 1, 1, 1))
-
-
-def _np_conv(x: np.ndarray, weight: np.ndarray) -> np.ndarray:
-    """3x3 convolution, stride 1, padding 1, NCHW / OIHW, in float64."""
-    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))
-    return np.einsum("nchwij,ocij->nohw", windows, weight.astype(np.float64))
-
-
-def _same_bits(first, second) -> None:
-    assert len(first) == len(second)
-    for a, b in zip(first, second):
-        assert a.dtype == b.dtype and a.shape == b.shape
-        np.testing.assert_array_equal(a, b)
+    return conv3x3_weight(RNG, cout, cin)
 
 
 def _root_intervals_are_disjoint(plan: ExecutionPlan) -> None:
@@ -79,14 +64,14 @@ def _chain_model():
     """conv -> reshape -> expand_dims -> squeeze -> reshape -> conv, and the flat view as a 2nd output."""
     w1, w2 = _weight(4, 4), _weight(4, 4)
     x = graph.var("x", shape=(1, 4, 8, 8))
-    a = _conv(x, w1)
+    a = conv3x3(x, w1)
     flat = graph.reshape(a, (1, 4, 64))
     back = graph.reshape(graph.squeeze(graph.expand_dims(flat, 2), (2,)), (1, 4, 8, 8))
-    module = graph.Module.from_expr(graph.tuple_(_conv(back, w2), flat))
+    module = graph.Module.from_expr(graph.tuple_(conv3x3(back, w2), flat))
 
     def reference(x_value):
-        first = _np_conv(x_value, w1)
-        return [_np_conv(first, w2), first.reshape(1, 4, 64)]
+        first = np_conv3x3(x_value, w1)
+        return [np_conv3x3(first, w2), first.reshape(1, 4, 64)]
     return module, reference
 
 
@@ -103,24 +88,24 @@ def test_a_reshape_chain_between_kernels_runs_no_kernel_and_matches_numpy():
     native = lib.run({"x": x})
     for got, want in zip(native, reference(x)):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    _same_bits(native, lib.executor.run_with({"x": x}, native=False))
-    _same_bits(native, copied.run({"x": x}))
+    assert_same_bits(native, lib.executor.run_with({"x": x}, native=False))
+    assert_same_bits(native, copied.run({"x": x}))
 
 
 def test_a_chain_of_alias_steps_shares_one_storage():
     """flat = reshape(conv(x)) is read by two groups, so it and the view of it are two alias steps."""
     w1, w2 = _weight(4, 4), _weight(4, 4)
     x = graph.var("x", shape=(1, 4, 8, 8))
-    flat = graph.reshape(_conv(x, w1), (1, 4, 64))
-    lib = tk.compile(graph.Module.from_expr(graph.tuple_(_conv(graph.reshape(flat, (1, 4, 8, 8)), w2),
+    flat = graph.reshape(conv3x3(x, w1), (1, 4, 64))
+    lib = tk.compile(graph.Module.from_expr(graph.tuple_(conv3x3(graph.reshape(flat, (1, 4, 8, 8)), w2),
                                                          graph.expand_dims(flat, 0))), "cpu_llvm")
     chained = [v for v in lib.plan.values if v.alias_of >= 0 and lib.plan.values[v.alias_of].alias_of >= 0]
     assert chained, lib.plan.aliases
     _root_intervals_are_disjoint(lib.plan)
     x_value = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    first = _np_conv(x_value, w1)
+    first = np_conv3x3(x_value, w1)
     out, view = lib.run({"x": x_value})
-    np.testing.assert_allclose(out, _np_conv(first, w2), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, np_conv3x3(first, w2), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(view, first.reshape(1, 1, 4, 64), rtol=1e-4, atol=1e-4)
 
 
@@ -131,7 +116,7 @@ def test_an_alias_of_a_model_input_reads_the_input(shape):
     weight = _weight(4, 4)
     x = graph.var("x", shape=shape)
     flat = graph.reshape(x, (4, shape[2] * shape[3]))
-    conv = _conv(graph.reshape(graph.expand_dims(flat, 0), shape), weight)
+    conv = conv3x3(graph.reshape(graph.expand_dims(flat, 0), shape), weight)
     for outputs, in_place in (((conv,), True), ((conv, flat), False)):
         lib = tk.compile(graph.Module.from_expr(graph.tuple_(*outputs)), "cpu_llvm")
         assert any(lib.plan.values[a.input].kind == "input" for a in lib.plan.aliases)
@@ -140,10 +125,10 @@ def test_an_alias_of_a_model_input_reads_the_input(shape):
         for _ in range(2):
             x_value = RNG.standard_normal(shape).astype(np.float32)
             results = lib.run([x_value])
-            np.testing.assert_allclose(results[0], _np_conv(x_value, weight), rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(results[0], np_conv3x3(x_value, weight), rtol=1e-4, atol=1e-4)
             if len(outputs) == 2:
                 np.testing.assert_array_equal(results[1], x_value.reshape(4, -1))
-            _same_bits(results, lib.executor.run_with([x_value], native=False))
+            assert_same_bits(results, lib.executor.run_with([x_value], native=False))
 
 
 def test_alias_outputs_are_copies_that_the_next_run_does_not_change():
@@ -156,7 +141,7 @@ def test_alias_outputs_are_copies_that_the_next_run_does_not_change():
         first = lib.executor.run_with([first_x], native=native)
         kept = [a.copy() for a in first]
         lib.executor.run_with([second_x], native=native)
-        _same_bits(first, kept)
+        assert_same_bits(first, kept)
         for array in first:
             assert array.base is None or not np.shares_memory(array, lib.executor._free_states[0].arenas[
                 lib.plan.steps[0].target])
@@ -181,7 +166,7 @@ def test_an_alias_of_a_constant_stays_read_only():
     x_value = RNG.standard_normal((1, 4, 6, 6)).astype(np.float32)
     for native in (True, False):
         np.testing.assert_allclose(lib.executor.run_with([x_value], native=native)[0],
-                                   _np_conv(x_value, table.reshape(4, 4, 3, 3)), rtol=1e-4, atol=1e-4)
+                                   np_conv3x3(x_value, table.reshape(4, 4, 3, 3)), rtol=1e-4, atol=1e-4)
     state = lib.executor._free_states[0]
     assert not state.host_values[views[0].output].flags.writeable
     np.testing.assert_array_equal(lib.executor.constants[views[0].input], table)   # unchanged by the runs
@@ -214,18 +199,18 @@ def test_the_planner_keeps_an_aliased_storage_from_in_place_reuse():
 def test_an_aliased_value_is_not_overwritten_by_an_elementwise_step_in_place():
     w1, w2 = _weight(4, 4), _weight(4, 4)
     x = graph.var("x", shape=(1, 4, 8, 8))
-    a = _conv(x, w1)
+    a = conv3x3(x, w1)
     flat = graph.reshape(a, (4, 64))
     relu = graph.nn.relu(a)                  # elementwise over a: the in-place candidate
-    later = _conv(graph.reshape(flat, (1, 4, 8, 8)) + relu, w2)
+    later = conv3x3(graph.reshape(flat, (1, 4, 8, 8)) + relu, w2)
     lib = tk.compile(graph.Module.from_expr(graph.tuple_(later, graph.sigmoid(flat))), "cpu_llvm")
     _root_intervals_are_disjoint(lib.plan)
     x_value = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    first = _np_conv(x_value, w1)
+    first = np_conv3x3(x_value, w1)
     out, sig = lib.run([x_value])
-    np.testing.assert_allclose(out, _np_conv(first + np.maximum(first, 0), w2), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(out, np_conv3x3(first + np.maximum(first, 0), w2), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(sig, 1 / (1 + np.exp(-first.reshape(4, 64))), rtol=1e-4, atol=1e-5)
-    _same_bits([out, sig], tk.compile(graph.Module.from_expr(graph.tuple_(later, graph.sigmoid(flat))), "cpu_llvm",
+    assert_same_bits([out, sig], tk.compile(graph.Module.from_expr(graph.tuple_(later, graph.sigmoid(flat))), "cpu_llvm",
                                       zero_copy_reshape=False).run([x_value]))
 
 
@@ -263,8 +248,8 @@ def test_a_plan_with_aliases_round_trips_through_json_and_the_deploy_runtime(tmp
     lib.export(tmp_path / "alias.tkpkg")
     model = deploy.load(tmp_path / "alias.tkpkg")
     x = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    _same_bits(model.run({"x": x}), lib.run({"x": x}))
-    _same_bits(model.executor.run_with({"x": x}, native=False), lib.run({"x": x}))
+    assert_same_bits(model.run({"x": x}), lib.run({"x": x}))
+    assert_same_bits(model.executor.run_with({"x": x}, native=False), lib.run({"x": x}))
 
 
 def test_tcn_elides_its_expand_dims_and_squeeze_copies():
@@ -278,8 +263,8 @@ def test_tcn_elides_its_expand_dims_and_squeeze_copies():
     assert lib.summary()["kernel_launches"] == len(copied.plan.steps) - len(copy_steps)
     _root_intervals_are_disjoint(lib.plan)
     result = lib.run(feeds)
-    _same_bits(result, copied.run(feeds))
-    _same_bits(result, lib.executor.run_with(feeds, native=False))
+    assert_same_bits(result, copied.run(feeds))
+    assert_same_bits(result, lib.executor.run_with(feeds, native=False))
     import onnxruntime
     want = onnxruntime.InferenceSession(model.SerializeToString()).run(None, feeds)
     for got, ref in zip(result, want):
@@ -292,7 +277,7 @@ def test_real_graphs_give_the_same_bits_with_and_without_aliases(name):
     _, model, feeds = real_graphs.build(name)
     lib = tk.compile(model, "cpu_llvm")
     _root_intervals_are_disjoint(lib.plan)
-    _same_bits(lib.run(feeds), tk.compile(model, "cpu_llvm", zero_copy_reshape=False).run(feeds))
+    assert_same_bits(lib.run(feeds), tk.compile(model, "cpu_llvm", zero_copy_reshape=False).run(feeds))
 
 
 def test_device_targets_without_alias_buffers_keep_the_copy_kernel():
@@ -338,14 +323,14 @@ def test_a_model_that_only_reshapes_its_input_returns_a_copy():
 def test_a_transpose_is_an_alias_only_when_it_keeps_the_order_of_the_axes_longer_than_1(axes, view):
     w1, w2 = _weight(4, 4), _weight(4, 4)
     x = graph.var("x", shape=(1, 4, 8, 8))
-    moved = graph.transpose(graph.reshape(_conv(x, w1), (1, 4, 1, 64)), axes)
-    module = graph.Module.from_expr(_conv(graph.reshape(moved, (1, 4, 8, 8)), w2))
+    moved = graph.transpose(graph.reshape(conv3x3(x, w1), (1, 4, 1, 64)), axes)
+    module = graph.Module.from_expr(conv3x3(graph.reshape(moved, (1, 4, 8, 8)), w2))
     lib = tk.compile(module, "cpu_llvm")
     assert any("transpose" in a.ops for a in lib.plan.aliases) == view
     assert any("transpose" in s.ops for s in lib.plan.steps) == (not view)
     x_value = RNG.standard_normal((1, 4, 8, 8)).astype(np.float32)
-    first = np.transpose(_np_conv(x_value, w1).reshape(1, 4, 1, 64), axes).reshape(1, 4, 8, 8)
-    np.testing.assert_allclose(lib(x_value), _np_conv(first, w2), rtol=1e-4, atol=1e-4)
+    first = np.transpose(np_conv3x3(x_value, w1).reshape(1, 4, 1, 64), axes).reshape(1, 4, 8, 8)
+    np.testing.assert_allclose(lib(x_value), np_conv3x3(first, w2), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.slow
@@ -358,4 +343,4 @@ def test_light_models_give_the_same_bits_with_and_without_aliases(name):
     copied = tk.compile(model, "cpu_llvm", zero_copy_reshape=False)
     _root_intervals_are_disjoint(lib.plan)
     assert len(lib.plan.steps) == len(copied.plan.steps) - len(lib.plan.aliases)
-    _same_bits(lib.run(feeds), copied.run(feeds))
+    assert_same_bits(lib.run(feeds), copied.run(feeds))
