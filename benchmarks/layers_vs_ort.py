@@ -48,14 +48,39 @@ def tensorkiln_convs(lib, inputs, repeat: int) -> tuple[dict, dict]:
         if not any(op in ("nn.conv2d", "nn.conv2d_winograd") for op in kernel.ops):
             others[kernel.ops[0] if kernel.ops else kernel.kernel] += step.seconds * 1e3
             continue
-        data = plan.values[kernel.inputs[0]].shape       # NHWC here (the layout cpu_llvm prefers)
+        data = plan.values[kernel.inputs[0]].shape
         weight = plan.values[kernel.inputs[1]].shape
         out = plan.values[kernel.outputs[0]].shape
+        nchw = _is_nchw(weight, out)
+        if nchw:   # a conv alter_layout left NCHW (shufflenet's): rows read NHWC, its weight OIHW
+            data, out, weight = _nhwc(data), _nhwc(out), (*weight[2:], weight[1], weight[0])
         # a Winograd weight is (a, a, K/nb, C, nb): its tile, not the 3x3 kernel, comes first
         size = 3 if "nn.conv2d_winograd" in kernel.ops else _kernel_size(weight, out[3])
         depthwise = len(weight) == 4 and weight[2] == 1 and weight[3] == out[3] == data[3] > 1   # HWIO, I = 1
         convs[(data[1], data[3], out[1], out[3], f"{size}{'dw' if depthwise else ''}")].append(step.seconds * 1e3)
     return convs, others
+
+
+def _is_nchw(weight: tuple, out: tuple) -> bool:
+    """Whether a conv runs NCHW (weight OIHW) rather than NHWC (weight HWIO, or a packed 5-D layout): its
+    kernel sizes, small and equal, come last in OIHW and first in HWIO, next to the output channels."""
+    def small_pair(a: int, b: int) -> bool:
+        return a == b <= MAX_KERNEL_SIZE
+
+    if len(weight) != 4 or len(out) != 4:
+        return False
+    oihw = small_pair(weight[2], weight[3]) and weight[0] == out[1]
+    hwio = small_pair(weight[0], weight[1]) and weight[3] == out[3]
+    return oihw and not hwio
+
+
+MAX_KERNEL_SIZE = 11
+"""The largest conv kernel `_is_nchw` expects (alexnet's first layer)."""
+
+
+def _nhwc(shape: tuple) -> tuple:
+    n, c, h, w = shape
+    return (n, h, w, c)
 
 
 def _kernel_size(weight: tuple, out_channels: int) -> int:
