@@ -303,12 +303,14 @@ def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int 
     pack_panels = not pack_b and packs_panels(n, k, cache_sizes(target))
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
                     pack_panels=pack_panels,
-                    copy_slivers=not pack_b and not packs_panels(n, k, cache_sizes(target))
-                    and crowds_l1_sets(n, kc, cache_sizes(target)), batch=batch, pack_a=pack_a,
-                    nc_single=_single_panel_columns(m, n, k, tile, target, batch, config) if pack_panels else 0)
+                    copy_slivers=not pack_b and not pack_panels and crowds_l1_sets(n, kc, cache_sizes(target)),
+                    batch=batch, pack_a=pack_a,
+                    nc_single=_single_panel_columns(m, n, k, tile, target, batch, config, default)
+                    if pack_panels else 0)
 
 
-def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch: int, config) -> int:
+def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch: int, config,
+                          default: dict[str, int]) -> int:
     """The column block of a GEMM that copies panels of a B read in place, for a call that finds itself on one
     thread (GemmPlan.single_blocks; 0: the plan's own): the analytic nc for one core, unless the config sets mc,
     nc or kc to other than their defaults (a tuned record was measured with its blocks at its thread count).
@@ -318,8 +320,7 @@ def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch:
     196x256x2304, 197x768x3072, 64x256x1024 and 49x2048x512 even within the noise. Without the L2 cap,
     128x3072x768 (768 -> 3072 columns, a 1.9 MB panel) ran 0.96x. Not for packed B: 1024^3, 1000^3 and
     3072x768x768 ran 0.96-0.98x as fast with the one-core row and column blocks (344 x 1032 for 256 x 264 at
-    1024^3)."""
-    default = _defaults(m, n, k, tile, target, batch)
+    1024^3). `default`: the blocks of the target's cores (_defaults)."""
     tuned = any(int(config.get(key, default[key])) != default[key] for key in ("mc", "nc", "kc"))
     if _cores(target) <= 1 or tuned:
         return 0
