@@ -307,7 +307,9 @@ class LLVMEmitter(Emitter):
             pipeline = "light" if owns_globals else _pipeline_class(kernels[0])
             return ChunkJob(text, tuple(built.linker.sources.items()), config.triple, config.cpu, config.features,
                             0 if owns_globals else config.opt_level, emit_object=merge, light=pipeline == "light",
-                            vectorize=pipeline != "vectorized", cost=len(text) * _COST_PER_CHARACTER[pipeline])
+                            vectorize=pipeline != "vectorized",
+                            codegen_level=LIGHT_CODEGEN_LEVEL if pipeline == "light" else None,
+                            cost=len(text) * _COST_PER_CHARACTER[pipeline])
 
         def chunk_jobs():
             costs: dict[str, float] = {}
@@ -452,14 +454,24 @@ def _unoptimized_text(module: ir.Module) -> str:
     return text
 
 
-PIPELINE_COSTS = {"light": 1.0, "vectorized": 1.6, "full": 5.0}
-"""What a kernel of each pipeline class costs to optimise and emit, against a light one (densenet121:
-its copies and BN+ReLU kernels 19 ms each, its convolutions 30 ms, its pools 120 ms); chunks are cut
-by these costs (`ChunkCutter`)."""
-EXPECTED_KERNEL_COST = 1.5
-"""The mean cost of a kernel before any has been lowered (densenet121: 1.4, resnet50: 1.8); the
+LIGHT_CODEGEN_LEVEL = 0
+"""Code generation level of the light chunks' objects (their IR is optimised as
+llvm_passes.optimize's light pipeline says): O0 instruction selection with the optimising register
+allocator (parallel_compile._keep_register_allocation). Their loops are a few vector loads, an FMA or
+a max and a store, for which -O2's machine passes add little: a BN+ReLU loop is 13 instructions
+against 10. Measured on Zen 1, densenet121: the light chunks' code generation 1.44 -> 0.56 s, its
+compile 8.67 -> 8.07 s; densenet121 (1 and 2 threads), shufflenet (2) and inception_v1 (1) run as
+fast (within 1%, one process alternating). Not for the convolutions' vectorized chunks: O0 saves
+0.76 s of resnet50's code generation but resnet50 runs 1.65x slower (with or without fast
+instruction selection)."""
+PIPELINE_COSTS = {"light": 0.7, "vectorized": 1.6, "full": 5.0}
+"""What a kernel of each pipeline class costs to optimise and emit (densenet121: its copies and
+BN+ReLU kernels 13 ms each, its convolutions 30 ms, its pools 120 ms, against 19 ms per unit); chunks
+are cut by these costs (`ChunkCutter`)."""
+EXPECTED_KERNEL_COST = 1.3
+"""The mean cost of a kernel before any has been lowered (densenet121: 1.2, resnet50: 1.7); the
 chunks' share of a module is cut from it."""
-_COST_PER_CHARACTER = {"light": 1.5, "vectorized": 0.75, "full": 7.5}
+_COST_PER_CHARACTER = {"light": 1.05, "vectorized": 0.75, "full": 7.5}
 """Seconds per megabyte of unoptimised IR of each class (densenet121, resnet50): a written chunk's
 cost, by which the queue orders the chunks waiting for a process."""
 LIGHT_MIN_TRIP = 16

@@ -27,6 +27,7 @@ builder pool already fills the machine).
 """
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -67,6 +68,7 @@ class ChunkJob:
     emit_object: bool = False   # also return the chunk's object code (merged by merge_objects)
     light: bool = False         # copy and elementwise kernels only: llvm_passes.optimize's light pipeline
     vectorize: bool = True      # False: explicitly vectorized kernels only, LLVM's vectorizers are not run
+    codegen_level: int | None = None   # the object's code generation (-O) level, when not opt_level
     cost: float = 1.0           # its estimated cost: of the queued chunks, the costliest is taken first
 
 
@@ -167,8 +169,25 @@ def optimize_chunk(job: ChunkJob, link: Callable[[llvm.ModuleRef, dict], None] =
             cpu=job.cpu, features=job.features, opt=job.opt_level, reloc="pic", codemodel="default")
     if job.opt_level:
         optimize(module, machine, job.opt_level, light=job.light, vectorize=job.vectorize)
-    object_code = bytes(machine.emit_object(module)) if job.emit_object else None
+    object_code = None
+    if job.emit_object:
+        if job.codegen_level is not None and job.codegen_level != job.opt_level:
+            if job.codegen_level == 0:
+                _keep_register_allocation()
+            machine = llvm.Target.from_triple(job.triple).create_target_machine(
+                cpu=job.cpu, features=job.features, opt=job.codegen_level, reloc="pic", codemodel="default")
+        object_code = bytes(machine.emit_object(module))
     return ChunkResult(module.as_bitcode(), object_code)
+
+
+@functools.cache
+def _keep_register_allocation() -> None:
+    # O0 code generation allocates registers with the fast allocator, which spills every value live
+    # across a block (a loop's pointers and counters, each iteration). This keeps the optimising
+    # allocator at O0 (LLVM's -optimize-regalloc), and instruction selection stays fast. The option is
+    # process-wide and only O0 reads it: a later opt_level=0 compile in this process gets the same
+    # allocation (better code, its code generation about 1.8x as long).
+    llvm.set_option("tensorkiln", "-optimize-regalloc")
 
 
 def optimize_chunks(jobs: Iterable[Union[ChunkJob, Callable[[], ChunkJob]]],

@@ -330,14 +330,21 @@ def test_copies_and_elementwise_kernels_get_the_light_pipeline_and_compute_the_s
                                                                                     serial):
     # squeezenet's concatenations are plain copies (light); its convolutions accumulate and its input
     # layout transform stores 3 scalars per pixel (both full). The serial compile optimises all at O3.
-    lights = []
+    lights, levels = [], set()
+
+    def seen(job):
+        lights.append((job.light, job.text))
+        if job.opt_level:   # (the globals' module is light at opt level 0)
+            levels.add((job.light, job.codegen_level))
     real_exchange, real_optimize = parallel_compile._exchange, parallel_compile.optimize_chunk
-    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: lights.append((job.light, job.text))
-                        or real_exchange(process, job))
-    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: lights.append((job.light, job.text))
+    monkeypatch.setattr(parallel_compile, "_exchange", lambda process, job: seen(job) or real_exchange(process, job))
+    monkeypatch.setattr(parallel_compile, "optimize_chunk", lambda job, *a, **k: seen(job)
                         or real_optimize(job, *a, **k))
     _, out = _compile_and_run(monkeypatch, "2", squeezenet_input)
     np.testing.assert_array_equal(out, serial)
+    # the light chunks' objects come from O0 code generation (emitter.LIGHT_CODEGEN_LEVEL), the others' from
+    # the compile's own level
+    assert levels == {(True, 0), (False, None)}
     defined = {light: [name for flag, text in lights if flag == light
                        for name in re.findall(r'^define i32 @"(\w+)"\(', text, re.M)] for light in (False, True)}
     assert defined[True] and all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
@@ -365,3 +372,45 @@ def test_which_kernels_need_the_full_pipeline():
     assert not needs_full_pipeline(lowered(narrow, transposed, name="transposed"))   # 64-long inner loop
     wide = te.compute((64, 3), lambda i, c: narrow[i, c] * 2.0, name="wide")
     assert needs_full_pipeline(lowered(narrow, wide, name="wide"))          # 3 scalars per row: unrolling pays
+
+
+def test_a_light_chunk_generated_at_o0_keeps_its_loop_in_registers():
+    """O0 code generation of a light chunk allocates registers as -O2 does (parallel_compile.
+    _keep_register_allocation): the loop of an elementwise kernel (a * b + c, then max with 0) reads no
+    value back from the stack, as the fast allocator's spills would, and the object computes the kernel."""
+    import llvmlite.binding as llvm
+
+    from tensorkiln import te
+    from tensorkiln_cpu_llvm.host import machine_config
+
+    n = 4096
+    a, b, c = (te.placeholder((n,), name=name) for name in "abc")
+    out = te.compute((n,), lambda i: te.max(a[i] * b[i] + c[i], te.const(0.0, "float32")), name="out")
+    schedule = te.create_schedule([out.op])
+    _, inner = schedule[out].split(out.op.axis[0], factor=8)
+    schedule[out].vectorize(inner)
+    func = te.lower(schedule, [a, b, c, out], name="bn_relu")
+    assert emitter._pipeline_class(func) == "light"
+    target = tk.target("llvm")
+    config = machine_config(target)
+    built = emitter.LLVMEmitter()._build_module([func], target, config, emitter.target_machine(config), kernels=[func])
+    job = parallel_compile.ChunkJob(emitter._unoptimized_text(built.llvm_module), tuple(built.linker.sources.items()),
+                                    config.triple, config.cpu, config.features, 3, emit_object=True, light=True,
+                                    codegen_level=emitter.LIGHT_CODEGEN_LEVEL)
+    result = parallel_compile.optimize_chunk(job)
+    assert result.object_code
+    module = llvm.parse_bitcode(result.bitcode)
+    machine = llvm.Target.from_triple(config.triple).create_target_machine(
+        cpu=config.cpu, features=config.features, opt=0, reloc="pic", codemodel="default")
+    assembly = machine.emit_assembly(module)
+    loops = []   # each block that a later jump goes back to, up to that jump
+    for label in re.findall(r"^(\.LBB\w+):", assembly, re.M):
+        start = assembly.index(f"{label}:")
+        back = None
+        for back in re.finditer(rf"^\s+j\w+\s+{re.escape(label)}$", assembly[start:], re.M):
+            pass
+        if back is not None:
+            loops.append(assembly[start:start + back.end()])
+    innermost = [loop for loop in loops if "vfmadd" in loop or "vmulps" in loop]
+    assert innermost, assembly
+    assert all("(%rsp)" not in loop for loop in innermost), innermost
