@@ -143,3 +143,23 @@ def test_a_lucky_first_measurement_never_makes_the_result_slower_than_the_defaul
     assert by_config[a].status == "slower_on_recheck" and by_config[a].cost == 1.2
     assert task.best().config == configs[1] and task.best().cost == 0.8
     assert json.loads(db.best(task.identity())["config"]) == configs[1]   # the database agrees
+
+
+def test_a_script_tuning_at_its_top_level_without_a_main_guard_measures(tmp_path):
+    """A spawned process imports the parent's __main__ before its target runs: a script that calls
+    tune.tune at its top level (no `if __name__ == "__main__":`) ran again in the runner's child,
+    which died starting its own, and every candidate was a run error. The runner starts without it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "tune_gemm.py"
+    script.write_text(
+        "from tensorkiln import tune\n"
+        "task = tune.Task.from_op('gemm', (16, 32, 16), 'cpu_llvm')\n"
+        "result = tune.tune(task, trials=2, strategy='grid', options=tune.MeasureOptions(repeats=1, min_seconds=0.001))\n"
+        "(row,) = result.summary()\n"
+        "print('RESULT', row['default_ms'] is not None, row['failed'], repr(row['skipped']))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "RESULT True 0 ''" in done.stdout, done.stdout[-2000:] + done.stderr[-2000:]

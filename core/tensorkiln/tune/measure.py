@@ -19,9 +19,11 @@ Binaries that hash equal to an earlier trial's are not run again (`Session`, tun
 from __future__ import annotations
 
 import concurrent.futures as futures
+import contextlib
 import hashlib
 import multiprocessing
 import os
+import sys
 import threading
 import time
 import traceback
@@ -162,6 +164,27 @@ def _runner_loop(connection) -> None:
         connection.send(answer)
 
 
+@contextlib.contextmanager
+def _main_script_hidden():
+    """Start a spawned process without running the caller's script in it. A spawned child imports the
+    parent's __main__ (by its path or module name) before its target runs, so a script calling
+    tune.tune at its top level, without an `if __name__ == "__main__":` guard, would run again in the
+    child and die there starting its own child: every candidate a RUN_ERROR. The runner needs nothing
+    from __main__ (it receives compiled artifacts and arrays), so the child is told of none."""
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    saved = {name: main.__dict__[name] for name in ("__file__", "__spec__") if name in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None   # (multiprocessing reads __spec__ without a default)
+    try:
+        yield
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 class Runner:
     """One child process that runs candidates; replaced when a run times out or the child dies.
     Runs from several threads take turns (one measurement at a time on a device)."""
@@ -177,7 +200,8 @@ class Runner:
         parent, child = self._context.Pipe()
         self._process = self._context.Process(target=_runner_loop, args=(child,), daemon=True,
                                               name="tensorkiln-tune-runner")
-        self._process.start()
+        with _main_script_hidden():
+            self._process.start()
         child.close()
         self._connection = parent
         self._sent = set()
