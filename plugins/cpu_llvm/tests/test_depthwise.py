@@ -89,6 +89,15 @@ def test_depthwise_knobs_all_give_numpy(shape, strides, padding, dilation):
         np.testing.assert_allclose(result, expected, rtol=1e-4, atol=1e-4, err_msg=str(config))
 
 
+def test_the_default_row_tile_is_one_vector_without_lane_masks():
+    """AVX2 has no lane masks: a 28-wide output row as one 28-lane vector is assembled in 128-bit pieces on
+    every tap, so the default tile is at most one vector there (28 -> 7 lanes); AVX-512 masks the tail of
+    its 2-register tile in hardware and keeps rows of up to 32 columns (depthwise._space)."""
+    from tensorkiln_cpu_llvm.strategies import depthwise
+    assert depthwise._space(None, tk.target("llvm -mcpu=haswell")).default_config()["max_width"] == 8
+    assert depthwise._space(None, tk.target("llvm -mcpu=skylake-avx512")).default_config()["max_width"] == 32
+
+
 def test_grouped_and_nhwc_convs_keep_their_strategies():
     x = _random(1, 8, 10, 10)
     grouped = graph.call("nn.conv2d", graph.var("x", shape=x.shape), graph.const(_random(8, 2, 3, 3)), groups=4,

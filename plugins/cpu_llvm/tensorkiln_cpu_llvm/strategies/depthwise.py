@@ -33,6 +33,7 @@ from tensorkiln.sdk import Knob, OpImplementation, TuningSpace
 from tensorkiln.sdk.schedules import can_parallel, divisor_at_most, fuse_for_attach, inline_injective, vector_lanes
 from tensorkiln.sdk.schedules.fused import find_anchor, output_of
 
+from ..host import cpu_facts
 from .anchors import accumulator
 
 __all__ = ["depthwise_strategies", "DEPTHWISE_PAD_TAG"]
@@ -199,11 +200,18 @@ def _space(workload, target) -> TuningSpace:
     # depthwise layers (1 thread; 56/28/14-wide inputs): AVX2 0.106/0.045/0.017 ms against 0.217/0.042/
     # 0.023 without; AVX-512 0.064/0.027/0.012 against 0.048/0.026/0.025 (the one loss: the 56-wide).
     split = True
-    # Output columns per tile: up to 32, a whole row of the 7- to 28-wide outputs of light CNNs in
-    # 2 AVX-512 or 4 AVX2 accumulators; two rows per tile give the FMA units two independent chains
-    # of 9 taps. Measured on shufflenet's depthwise layers (1 thread, native and -mcpu=haswell): 32 x 2
-    # is best or within noise of the best of the grid on each, 10-25% faster than 2 vectors x 1 row.
-    width = max(lanes, min(4 * lanes, DEFAULT_TILE_WIDTH))
+    # Output columns per tile (the largest divisor of the output width up to max_width, one vector of
+    # that many lanes); two rows per tile give the FMA units two independent chains of 9 taps.
+    # With AVX-512's lane masks: up to 32, a whole row of the 7- to 28-wide outputs of light CNNs in
+    # 2 accumulators (measured on shufflenet's depthwise layers, 1 thread: 32 x 2 best or within noise
+    # of the best of the grid on each, 10-25% faster than 2 vectors x 1 row).
+    # Without them (AVX2) at most one vector: a 28-wide tile is a vector of 28 lanes, which LLVM
+    # builds and takes apart in 128-bit pieces (the 28x28x136 kernel: 217 vinsert/vextract and 659
+    # xmm operands against 89 and 245 with 7 lanes, the same 72 FMAs). Measured on Zen 1, shufflenet, one process alternating: its
+    # 28x28x136 depthwise layer 0.385 -> 0.249 ms at 1 thread (0.171 -> 0.114 at 2), 14x14x272 0.175
+    # -> 0.125 ms, the model 0.94x as long at 1 and 2 threads (-mcpu=haswell 0.93x); a MobileNet-like
+    # graph (benchmarks/real_graphs.py depthwise_cnn: 112..7 wide) even.
+    width = max(lanes, min(4 * lanes, DEFAULT_TILE_WIDTH)) if cpu_facts(target).vector_bits >= 512 else lanes
     return TuningSpace((Knob("max_width", tuple(sorted({lanes, 2 * lanes, 4 * lanes, width})), width),
                         Knob("rows", (1, 2, 4), 2), Knob("split_phases", (False, True), split)))
 
