@@ -156,7 +156,8 @@ def test_a_script_tuning_at_its_top_level_without_a_main_guard_measures(tmp_path
     script.write_text(
         "from tensorkiln import tune\n"
         "task = tune.Task.from_op('gemm', (16, 32, 16), 'cpu_llvm')\n"
-        "result = tune.tune(task, trials=2, strategy='grid', options=tune.MeasureOptions(repeats=1, min_seconds=0.001))\n"
+        "options = tune.MeasureOptions(repeats=1, min_seconds=0.001)\n"
+        "result = tune.tune(task, trials=2, strategy='grid', options=options)\n"
         "(row,) = result.summary()\n"
         "print('RESULT', row['default_ms'] is not None, row['failed'], repr(row['skipped']))\n")
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,

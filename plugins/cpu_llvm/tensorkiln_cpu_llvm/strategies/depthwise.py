@@ -207,10 +207,11 @@ def _space(workload, target) -> TuningSpace:
     # of the best of the grid on each, 10-25% faster than 2 vectors x 1 row).
     # Without them (AVX2) at most one vector: a 28-wide tile is a vector of 28 lanes, which LLVM
     # builds and takes apart in 128-bit pieces (the 28x28x136 kernel: 217 vinsert/vextract and 659
-    # xmm operands against 89 and 245 with 7 lanes, the same 72 FMAs). Measured on Zen 1, shufflenet, one process alternating: its
-    # 28x28x136 depthwise layer 0.385 -> 0.249 ms at 1 thread (0.171 -> 0.114 at 2), 14x14x272 0.175
-    # -> 0.125 ms, the model 0.94x as long at 1 and 2 threads (-mcpu=haswell 0.93x); a MobileNet-like
-    # graph (benchmarks/real_graphs.py depthwise_cnn: 112..7 wide) even.
+    # xmm operands against 89 and 245 with 7 lanes, the same 72 FMAs). Measured on Zen 1, shufflenet,
+    # one process alternating: its 28x28x136 depthwise layer 0.385 -> 0.249 ms at 1 thread (0.171 ->
+    # 0.114 at 2), 14x14x272 0.175 -> 0.125 ms, the model 0.94x as long at 1 and 2 threads
+    # (-mcpu=haswell 0.93x); a MobileNet-like graph (benchmarks/real_graphs.py depthwise_cnn: 112..7
+    # wide) even.
     width = max(lanes, min(4 * lanes, DEFAULT_TILE_WIDTH)) if cpu_facts(target).vector_bits >= 512 else lanes
     return TuningSpace((Knob("max_width", tuple(sorted({lanes, 2 * lanes, 4 * lanes, width})), width),
                         Knob("rows", (1, 2, 4), 2), Knob("split_phases", (False, True), split)))
