@@ -136,18 +136,20 @@ def run_node_tests(run_fn: Callable[[Any, dict[str, np.ndarray]], list[np.ndarra
 
 
 def run_node_tests_in_processes(target: str, protocol: str = "runner", jobs: int = 2,
-                                name_contains: str | None = None) -> list[NodeResult]:
+                                name_contains: str | None = None, sample: int = 1) -> list[NodeResult]:
     """`run_node_tests` through `backend_for(target)`, the cases shared by `jobs` fresh processes (by a hash
     of their names), in node_cases' order. Each case compiles and runs alone, so on N cores N processes
-    take about 1/N of the time; a process that dies (a crash in native code) fails the whole run."""
+    take about 1/N of the time; a process that dies (a crash in native code) fails the whole run.
+    `sample` > 1 runs one case in `sample`, a fixed choice by another hash of the name (`in_sample`)."""
     if jobs <= 1:
         from .onnx_backend import backend_for
         return run_node_tests(backend=backend_for(target), protocol=protocol,
-                              name_filter=(lambda name: name_contains in name) if name_contains else None)
+                              name_filter=lambda name: _selected(name, name_contains, sample))
     # spawn: a forked child would inherit the parent's thread pool and LLVM state mid-use
     context = multiprocessing.get_context("spawn")
     with concurrent.futures.ProcessPoolExecutor(jobs, mp_context=context) as pool:
-        shards = [pool.submit(_run_shard, target, protocol, shard, jobs, name_contains) for shard in range(jobs)]
+        shards = [pool.submit(_run_shard, target, protocol, shard, jobs, name_contains, sample)
+                  for shard in range(jobs)]
         results = [result for future in shards for result in future.result()]
     order = {case.name: index for index, case in enumerate(node_cases())}
     return sorted(results, key=lambda result: order.get(result.name, len(order)))
@@ -157,11 +159,21 @@ def _in_shard(name: str, shard: int, jobs: int) -> bool:
     return zlib.crc32(name.encode()) % jobs == shard
 
 
-def _run_shard(target: str, protocol: str, shard: int, jobs: int, name_contains: str | None) -> list[NodeResult]:
+def in_sample(name: str, sample: int) -> bool:
+    """Whether a case is in the fixed one-in-`sample` subset (a hash independent of the shards')."""
+    return sample <= 1 or zlib.adler32(name.encode()) % sample == 0
+
+
+def _selected(name: str, name_contains: str | None, sample: int) -> bool:
+    return (name_contains is None or name_contains in name) and in_sample(name, sample)
+
+
+def _run_shard(target: str, protocol: str, shard: int, jobs: int, name_contains: str | None,
+               sample: int = 1) -> list[NodeResult]:
     from .onnx_backend import backend_for
-    return run_node_tests(backend=backend_for(target), protocol=protocol,
-                          name_filter=lambda name: _in_shard(name, shard, jobs)
-                          and (name_contains is None or name_contains in name))
+    def chosen(name: str) -> bool:
+        return _in_shard(name, shard, jobs) and _selected(name, name_contains, sample)
+    return run_node_tests(backend=backend_for(target), protocol=protocol, name_filter=chosen)
 
 
 def _run_case(case: NodeCase, run_fn, from_onnx, retry: bool = True) -> NodeResult:
