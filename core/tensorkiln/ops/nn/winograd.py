@@ -53,9 +53,16 @@ def _row_of(matrix, row, term):
     reads of the last row carried every earlier row's negated test, a quarter of a Winograd
     kernel's lowering time."""
     zero = n.const(0.0, "float32")
+    reads: dict = {}
+
+    def shared(i):
+        # one node per read, shared by every row's sum: lowering and the simplifier work on it once
+        if i not in reads:
+            reads[i] = term(i)
+        return reads[i]
     total = None
     for r in range(len(matrix)):
-        value = n.Select(n.EQ(row, n.const(r, row.dtype)), _combination(matrix[r], term), zero)
+        value = n.Select(n.EQ(row, n.const(r, row.dtype)), _combination(matrix[r], shared), zero)
         total = value if total is None else total + value
     return total
 
