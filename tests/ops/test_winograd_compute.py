@@ -13,7 +13,8 @@ from tensorkiln import te
 from tensorkiln.graph.ops.winograd import winograd_matrices
 from tensorkiln.ops.nn.winograd import conv2d_winograd_nhwc
 from tensorkiln.te.expr import TensorRead
-from tensorkiln.tir.visit import post_order_visit
+from tensorkiln.tir.nodes import PrimExpr
+from tensorkiln.tir.visit import child_fields, post_order_visit
 
 
 def _stage(output: te.Tensor, role: str):
@@ -40,8 +41,10 @@ def _reads_of(op, tensor: te.Tensor) -> tuple[int, int]:
     def references(node) -> int:
         if isinstance(node, TensorRead):
             return int(node.tensor is tensor)
-        return sum(references(getattr(node, name)) for name in ("a", "b", "true_value", "false_value", "value")
-                   if hasattr(node, name) and not isinstance(getattr(node, name), (str, int, float)))
+        if not isinstance(node, PrimExpr):
+            return 0
+        children = (getattr(node, name) for name in child_fields(type(node)))
+        return sum(sum(map(references, c)) if isinstance(c, tuple) else references(c) for c in children)
     return len(distinct), references(op.body)
 
 
