@@ -213,19 +213,41 @@ def test_a_plan_counts_its_work_and_refuses_blocks_off_the_tile():
 
 
 def test_blocking_follows_the_caches_and_target_options():
-    target = tk.target("llvm -mcpu=haswell -l1_cache=32K -l2_cache=256K")
-    assert cache_sizes(target).l1d == 32 * 1024 and cache_sizes(target).l2 == 256 * 1024
+    target = tk.target("llvm -mcpu=haswell -l1_cache=16K -l2_cache=256K")
+    assert cache_sizes(target).l1d == 16 * 1024 and cache_sizes(target).l2 == 256 * 1024
     small = gemm_plan(1024, 1024, 1024, target, {}, "kn")
     large = gemm_plan(1024, 1024, 1024, tk.target("llvm -mcpu=haswell -l1_cache=64K -l2_cache=2M"), {}, "kn")
     assert (small.tile.mr, small.tile.nr) == (4, 24)
     assert small.kc < large.kc and small.mc < large.mc                  # bigger caches, bigger blocks
-    assert small.kc * small.tile.nr * 4 <= 32 * 1024 // 2                # a B sliver fills at most half of L1
+    # a packed B's sliver streams from L2 beside the row tile: one and a half times L1 at most
+    assert small.pack_b and 16 * 1024 // 2 < small.kc * small.tile.nr * 4 <= 16 * 1024 * 3 // 2
     # blocks even out over awkward extents: 1000 rows are not one block of mc and a sliver
     plan = gemm_plan(1000, 1000, 1000, target, {}, "kn")
     assert plan.m - (plan.row_blocks - 1) * plan.mc > plan.mc // 2
     space = gemm_space(1000, 1000, 1000, target)
     assert {knob.name for knob in space.knobs} == {"mc", "kc", "nc", "tile", "pack_b", "pack_a"}
     assert parse_size("48K") == 49152 and parse_size("32768K") == 32 << 20 and parse_size("1M") == 1 << 20
+
+
+def test_a_b_read_in_place_keeps_its_sliver_in_l1_and_its_panel_in_l2():
+    """A B read in place is read again by every row tile: its kc x nr sliver fills half of L1 at most, not the
+    deeper block of a packed B. Copied into panels with A in L2, each kc x nc panel takes a quarter of L2 at most
+    (PANEL_L2_SHARE), at one thread and at two; with A packed (from L3, read again per panel) the panels stay wide.
+    Both plans match numpy."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import PANEL_L2_SHARE
+
+    l1, l2 = 32 * 1024, 1 << 20
+    for threads in (1, 2):
+        target_text = f"llvm -mcpu=haswell -num_threads={threads} -l1_cache=32K -l2_cache=1M"
+        packed = gemm_plan(1024, 1024, 1024, tk.target(target_text), {}, "kn")
+        narrow = gemm_plan(64, 4096, 1024, tk.target(target_text), {}, "kn")
+        wide = gemm_plan(49, 512, 4608, tk.target(target_text), {}, "kn")
+        assert packed.pack_b and packed.kc * packed.tile.nr * 4 > l1 // 2
+        for plan in (narrow, wide):
+            assert plan.pack_panels and plan.kc * plan.tile.nr * 4 <= l1 // 2
+        assert not narrow.pack_a and narrow.kc * max(narrow.nc, narrow.single_blocks[1]) * 4 <= l2 // PANEL_L2_SHARE
+        assert wide.pack_a and wide.kc * max(wide.nc, wide.single_blocks[1]) * 4 > l2 // PANEL_L2_SHARE
+    _check(_build(64, 4096, 1024, target_text)[0], 64, 4096, 1024)
 
 
 def test_a_bad_cache_option_is_a_clear_error():
@@ -251,7 +273,8 @@ def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
     # AVX2's 4x24 tile: N = 256 is 11 slivers, at most 6 column blocks of two
     (2, 64, 256, "2M", 1, 6),      # 6 items, 3 per core: rows stay whole (B read once)
     (2, 64, 4096, "16M", 1, 8),    # columns give the 4 per core wanted
-    (2, 64, 4096, "2M", 1, 4),     # B (4 MB) from memory into panels: 2 per core, longer runs of its rows
+    (2, 64, 4096, "2M", 1, 6),     # B (4 MB) from memory into panels: 2 per core at least, longer runs of
+                                   # its rows, each in a quarter of L2 (A in L2: PANEL_L2_SHARE)
     (2, 64, 32, "2M", 4, 1),       # one sliver: rows split until 2 items per core
     (4, 64, 256, "2M", 2, 6),      # 4 cores: 6 column blocks, then rows for 2 per core
     (1, 64, 256, "2M", 1, 1)])     # one core: one item
@@ -344,10 +367,14 @@ def test_panel_columns_are_split_for_the_threads_to_finish_together():
     assert balanced_columns(196, 256, 196, 72, 24, 2) == 72        # (120, 120, 16) would be thin
     assert balanced_columns(49, 512, 52, 144, 24, 1) == 144
     assert balanced_columns(64, 4096, 64, 1032, 24, 2) == 1032     # already even
+    # at most `widest` columns (a panel's share of L2): the widest of the blocks within BALANCE_GAIN of the soonest
+    assert balanced_columns(49, 512, 52, 144, 24, 2, widest=300) == 264
+    assert balanced_columns(49, 512, 52, 144, 24, 2, widest=200) == 144      # (192, 192, 128) ends later
+    assert balanced_columns(64, 4096, 64, 384, 24, 2) == 2112     # (2112, 1984): 2064 would end 2% sooner
     target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
-    plan = gemm_plan(49, 512, 1024, tk.target(target_text), {}, "kn")
-    assert plan.pack_panels and plan.nc == 264 and plan.column_blocks == 2
-    _check(_build(49, 512, 1024, target_text)[0], 49, 512, 1024)
+    plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")   # A packed: panels as wide as balance allows
+    assert plan.pack_panels and plan.pack_a and plan.nc == 264 and plan.column_blocks == 2
+    _check(_build(49, 512, 2048, target_text)[0], 49, 512, 2048)
 
 
 def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
@@ -355,19 +382,19 @@ def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     itself on one thread takes the one-core column block (as wide as N while the panel fits L2) at run time,
     and both thread counts match numpy. A tuned record's own blocks are kept at every thread count."""
     target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
-    plan = gemm_plan(49, 512, 1024, tk.target(target_text), {}, "kn")
-    assert plan.pack_panels and plan.nc == 264 and plan.single_blocks == (plan.mc, 528)
+    plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")
+    assert plan.pack_panels and plan.nc == 264 and plan.single_blocks == (plan.mc, 528) and plan.pack_a
     assert (plan.items, plan.single.items) == (2, 1) and plan.panel_floats == plan.kc * 528
     assert plan.symbol.endswith(f"_s{plan.mc}x528")
-    module, _ = _build(49, 512, 1024, target_text)
+    module, _ = _build(49, 512, 2048, target_text)
     assert plan.symbol in module.get_source("ll")
-    _check(module, 49, 512, 1024)
-    tuned = gemm_plan(49, 512, 1024, tk.target(target_text), {"nc": 120}, "kn")
+    _check(module, 49, 512, 2048)
+    tuned = gemm_plan(49, 512, 2048, tk.target(target_text), {"nc": 120}, "kn")
     assert tuned.nc == 120 and not tuned.splits_for_threads
     # a panel wider than L2 is not taken: 128 x 3072 x 768 keeps its 768 columns (a 480 KB panel) alone too
     assert not gemm_plan(128, 3072, 768, tk.target(target_text), {}, "kn").splits_for_threads
     # one core: nothing to choose
-    assert not gemm_plan(49, 512, 1024, tk.target("llvm -mcpu=haswell -num_threads=1 -l2_cache=512K"), {},
+    assert not gemm_plan(49, 512, 2048, tk.target("llvm -mcpu=haswell -num_threads=1 -l2_cache=512K"), {},
                          "kn").splits_for_threads
     with pytest.raises(ValueError, match="nc=100 of nr=24"):
         GemmPlan(tile=GemmTile(4, 24, 8), m=5, n=200, k=1, mc=8, nc=48, kc=8, nc_single=100)

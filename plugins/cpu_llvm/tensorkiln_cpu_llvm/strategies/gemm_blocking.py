@@ -9,14 +9,16 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate), 6x64 (24 zmm) where two 512-bit
   FMA pipes need fewer loads per FMA (host.CpuFacts.fma512_pipes); up to two rows fewer when
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
-- kc: a kc x NR sliver of packed B fills half of L1 (it is reused by every row tile); a sliver four
-  vectors wide takes 2/3 of L1 per 32 columns instead (measured: it streams from L2 beside the row tile);
+- kc: a kc x NR sliver of packed B is one and a half times L1, streamed from L2 beside the row tile (C's tile
+  is read and written once per kc: _streamed_depth); a sliver of a B read in place fills half of L1
+  (_resident_depth);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
   of L2: packs_panels; else each sliver copied to the stack where its rows crowd an L1 set);
 - pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2;
-- nc: columns per work item: all of N when a kc x N panel fits a quarter of L3, then
+- nc: columns per work item: all of N when a kc x N panel fits a quarter of L3 (a copied panel of a B read in
+  place, with A in L2: PANEL_L2_SHARE of L2), then
   split until there are at least WORK_ITEMS_PER_CORE items per core (PANEL_ITEMS_PER_CORE when
   each item copies its panel of a B read in place from memory) to share out (counting
   the items of every GEMM of a batch, which share one parallel region); then the rows of a tall
@@ -163,13 +165,53 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
               cores: int | None = None) -> dict[str, int]:
     """mc, kc, nc for `cores` threads (default: the target's, _cores)."""
     cores = _cores(target) if cores is None else cores
-    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores)
-    if packs_panels(n, k, cache_sizes(target)) and not _packs_b(m, blocks["mc"]):
-        # B streamed from memory into each item's panels: a narrower panel is a shorter run of each row of B
-        blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores)
+    caches = cache_sizes(target)
+    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores, _streamed_depth(tile, caches))
+    if _packs_b(m, blocks["mc"]):
+        return blocks
+    # B read in place: its slivers are read where they lie (or copied a sliver or panel at a time), and the
+    # sliver stays in L1 (_resident_depth)
+    kc = _resident_depth(tile, caches)
+    blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores, kc)
+    if packs_panels(n, k, caches) and not _packs_b(m, blocks["mc"]):
+        # B streamed from memory into each item's panels: a narrower panel is a shorter run of each row of B;
+        # with A in L2, a panel in a quarter of L2 (PANEL_L2_SHARE)
+        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (_even(k, kc, 8) * 4)
+        blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc, widest)
         if batch == 1:
-            blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores)
+            blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores, widest)
     return blocks
+
+
+def _streamed_depth(tile: GemmTile, caches) -> int:
+    """kc of a packed B: a kc x NR sliver of one and a half times L1, streamed through L1 from L2 beside the row
+    tile (at most 512 rows). C's tile is read and written once per kc, which a deeper block spreads over more
+    FMAs: 4x24 (AVX2) 512 rows, 8x32 (AVX-512) 384, 6x64 at 48 KB 288. Measured, Zen 4 (L1 32 KB, L2 1 MB),
+    1 core, one process alternating with numpy, against the sliver in half of L1 (152 rows at 4x24, 128 at 8x32):
+    AVX2 1024^3 0.90-0.92 -> 0.95-0.97x, 1000^3 0.91-0.93 -> 0.94-0.96x, 1024x1000x2048 0.87-0.93 -> 0.94x,
+    960^3 0.92-0.94 -> 0.96-0.97x, 3072x768x768 even (0.97x); AVX-512 1024^3 1.01 -> 1.04-1.06x, 1024x1000x2048
+    0.95 -> 0.97-0.98x. Sapphire Rapids measured the same for the 6x64 tile (_resident_depth)."""
+    return min(512, max(64, caches.l1d * 3 // 2 // (tile.nr * 4) // 16 * 16))
+
+
+def _resident_depth(tile: GemmTile, caches) -> int:
+    """kc of a B read in place: a kc x NR sliver in half of L1, read again by every row tile. Measured, Zen 4,
+    AVX2, 49x512x4608 (A packed, B copied into panels): kc 160 0.96-0.99x numpy, 512 0.88-0.95x (each panel,
+    kc x nc, must then be narrower to stay in L2, and A, from L3, is read once per panel). A sliver four vectors
+    wide takes 2/3 of L1 per 32 columns (256 rows at 48 KB): it streams through L1 from L2 beside the row tile.
+    Measured, 1024^3, 6x64, 1 core: kc 128 / 192 / 256 / 384 0.90 / 0.93 / 0.98 / 0.99x numpy (1000^3: 0.96 /
+    0.95 / 0.95 / 0.96x)."""
+    if tile.nr >= 4 * tile.lanes:
+        return min(512, max(64, caches.l1d * 2 // 3 // (2 * tile.lanes * 4) // 16 * 16))
+    return min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16))
+
+
+PANEL_L2_SHARE = 4
+"""With A in L2 (not packed), a panel of B (kc x nc, _pack_panel) takes at most this share of L2: every row tile
+reads each of its slivers, and A's re-reading per panel is cheap from L2. Measured, Zen 4, AVX2, 1 core, one
+process alternating with numpy (kc 152-160), against panels as wide as the items allowed: 64x4096x1024 nc 1032
+0.89x, 528 0.91x, 408 0.93x, 336 0.96x, 264 0.93-0.94x; 128x3072x768 nc 768 0.91x, 528 0.95x, 408 0.97x, 336
+0.96x, 264 0.95x."""
 
 
 BALANCE_GAIN = 0.97
@@ -186,9 +228,10 @@ def _finish(m: int, n: int, mc: int, nc: int, cores: int) -> int:
     return max(loads)
 
 
-def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int) -> int:
-    """The column block (a multiple of nr, at least MIN_COLUMN_SLIVERS slivers, one item per core at least)
-    whose items the threads finish soonest, when that beats `nc` by BALANCE_GAIN; else `nc`. 512 columns are
+def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int, widest: int | None = None) -> int:
+    """`nc`, unless another column block (a multiple of nr, at least MIN_COLUMN_SLIVERS slivers, from half of
+    `widest` (or nc when narrower) to `widest` columns when given, one item per core at least) lets the threads finish sooner by BALANCE_GAIN: then the widest block
+    within BALANCE_GAIN of the soonest finish (a wider panel is a longer run of each of B's rows). 512 columns are
     21.3 slivers of 24: items of 6 slivers (144, 144, 144, 80) leave one of 2 threads 288 columns, two of
     11 (264, 248) leave it 264. Measured, AVX2 (Zen 1, 2 vCPUs), 49x512x4608, one process alternating, 2 threads:
     43.7 -> 47.7 GFLOP/s (haswell's model 40.8 -> 46.4), 1 thread 24.7 -> 25.1. A width whose last block is
@@ -196,33 +239,31 @@ def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int) -> i
     (120, 120, 16) ran 0.88x numpy at 2 threads against 0.92x as (72, 72, 72, 40)."""
     if cores <= 1:
         return nc
-    best, best_time = nc, _finish(m, n, mc, nc, cores)
-    for slivers in range(MIN_COLUMN_SLIVERS, -(-n // nr) + 1):
+    times = {nc: _finish(m, n, mc, nc, cores)}
+    narrowest = max(MIN_COLUMN_SLIVERS, min(nc, widest // 2) // nr if widest else 0)
+    for slivers in range(narrowest, -(-n // nr) + 1):
         width = slivers * nr
-        if -(-m // mc) * -(-n // width) < cores:
+        if -(-m // mc) * -(-n // width) < cores or (widest and width > widest):
             break
         if n - (-(-n // width) - 1) * width < width // 2:
             continue   # a thin last block: its item reads all of A's rows again for few columns
-        time = _finish(m, n, mc, width, cores)
-        if time < best_time * BALANCE_GAIN if best == nc else time < best_time:
-            best, best_time = width, time
-    return best
+        times[width] = _finish(m, n, mc, width, cores)
+    soonest = min(times.values())
+    if times[nc] * BALANCE_GAIN <= soonest:
+        return nc
+    return max(width for width, time in times.items() if time * BALANCE_GAIN <= soonest)
 
 
 def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core: int,
-            cores: int) -> dict[str, int]:
-    """mc, kc, nc (module docstring), columns split for `per_core` work items per core of `cores`."""
+            cores: int, depth: int, widest: int | None = None) -> dict[str, int]:
+    """mc, kc, nc (module docstring) for kc near `depth` and nc at most `widest`, columns split for `per_core` work
+    items per core of `cores`."""
     caches = cache_sizes(target)
-    if tile.nr >= 4 * tile.lanes:
-        # a sliver four vectors wide: 2/3 of L1 per 32 columns (256 rows at 48 KB), which streams through L1
-        # from L2 beside the row tile. Measured, 1024^3, 6x64, 1 core: kc 128 / 192 / 256 / 384 0.90 /
-        # 0.93 / 0.98 / 0.99x numpy (1000^3: 0.96 / 0.95 / 0.95 / 0.96x)
-        kc = _even(k, min(512, max(64, caches.l1d * 2 // 3 // (2 * tile.lanes * 4) // 16 * 16)), 8)
-    else:
-        kc = _even(k, min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16)), 8)
+    kc = _even(k, depth, 8)
     mc = _even(m, max(tile.mr, caches.l2 // 2 // (kc * 4)), tile.mr)
     n_padded = _round_up(n, tile.nr)
-    nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr))
+    nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr,
+                          widest // tile.nr * tile.nr if widest else n_padded))
     nc = _even(n_padded, nc, tile.nr)
     wanted = -(-per_core * cores // batch) if cores > 1 else 1
     row_blocks = -(-m // mc)
