@@ -72,6 +72,23 @@ Without it, at 2 threads both sides measured about their 1-thread speed (the 102
 interleaved vs 364 alone on the 2-core host)."""
 
 
+def _pool_counts() -> dict[str, int]:
+    """The cpu_llvm thread pool's region counts (thread_pool.pool_counts): pooled, alone, backoffs."""
+    from tensorkiln_cpu_llvm import thread_pool
+    return thread_pool.pool_counts()
+
+
+def _pool_note(before: dict[str, int]) -> str:
+    """Regions a row ran on the caller alone because the pool backed off from a loaded machine (if any): a
+    2-thread ratio near the 1-thread one with many of them measured the back-off, not the GEMM."""
+    after = _pool_counts()
+    alone = after["alone"] - before["alone"]
+    if not alone:
+        return ""
+    return (f"  [pool: {after['pooled'] - before['pooled']} regions pooled, {alone} alone after "
+            f"{after['backoffs'] - before['backoffs']} back-off(s)]")
+
+
 def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
     import numpy as np
     from threadpoolctl import threadpool_info, threadpool_limits
@@ -96,15 +113,17 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
         np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3 * np.sqrt(k))
         flops = 2.0 * m * n * k
         for threads in threads_list:
+            pool_before = _pool_counts()
             tk.runtime.set_num_threads(threads)
             module.loaded.set_num_threads(threads)   # this module for sure, whatever else is live
             with threadpool_limits(limits=threads, user_api="blas"):
+                pause = QUIESCE_SECONDS if threads > 1 else 0.0
                 np.matmul(a, b, out=theirs)
+                time.sleep(pause)   # OpenBLAS's spinning threads would make our pool back off (thread_pool.c)
                 kernel(a, b, ours)
                 once = min(_sample(lambda: kernel(a, b, ours), 1)[0] for _ in range(3))
                 number = max(1, int(0.02 / max(once, 1e-6)))   # samples of about 20 ms
                 numpy_s, ours_s = [], []
-                pause = QUIESCE_SECONDS if threads > 1 else 0.0
                 for _ in range(repeat):
                     time.sleep(pause)
                     numpy_s.append(_sample(lambda: np.matmul(a, b, out=theirs), number))
@@ -116,7 +135,8 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
                          min(numpy_s)[0] / min(ours_s)[0], cpu_numpy / cpu_ours))
             print(f"[{isa}] {size:>16s} {threads} thr: numpy {rows[-1][3]:7.1f} GFLOP/s  tensorkiln "
                   f"{rows[-1][4]:7.1f} GFLOP/s  ratio {rows[-1][5]:5.2f}x (best-of {rows[-1][6]:5.2f}x, "
-                  f"CPU time {rows[-1][7]:5.2f}x)  {choice.name} {dict(choice.config)}", flush=True)
+                  f"CPU time {rows[-1][7]:5.2f}x)  {choice.name} {dict(choice.config)}{_pool_note(pool_before)}",
+                  flush=True)
     tk.runtime.set_num_threads(0)
     return rows
 

@@ -19,7 +19,7 @@
  * WASTE_LIMIT of their time (a moving
  * average), or when the caller itself gets less than CALLER_SHARE_LIMIT of its core between the
  * regions of a run, the next regions run on the caller alone (BACKOFF_REGIONS, doubled while the
- * pool keeps failing right after each back-off), then the pool is tried again.
+ * pool keeps failing right after each back-off, for BACKOFF_MAX_SECONDS at most), then the pool is tried again.
  *
  * The region word packs (region number << 32) | CLOSED | active workers; a worker joins with a
  * compare-and-swap that succeeds only while its region is open and not full. Idle workers spin
@@ -184,6 +184,12 @@ static void run_alone(tk_task task, void *argument) {
 #define WASTE_LIMIT 0.25
 #define BACKOFF_REGIONS 200       /* doubled at each back-off that follows the last within 100 regions */
 #define BACKOFF_MAX 12800
+/* ... and never longer than this: 12800 regions of a 1.5 ms GEMM are 19 s on one thread, long after a burst of
+   load (another BLAS's threads spinning for 0.1 s after their call) has passed. Measured, Zen 4, 2 vCPUs,
+   gemm_sweep.py at 2 threads, where numpy's warm-up call came right before ours: 49x512x4608, 196x256x2304 and
+   64x4096x1024 ran 200-205 of their ~214 regions alone after one back-off, 0.51-0.59x numpy. */
+#define BACKOFF_MAX_SECONDS 0.25
+static double backoff_end;     /* seconds_now() at which a back-off ends, whatever regions are left */
 static double waste_average;   /* moving average of the fraction of a region's time lost */
 static int32_t regions_alone, backoff_length = BACKOFF_REGIONS, regions_pooled;
 
@@ -205,11 +211,13 @@ static int64_t count_pooled, count_alone, count_backoffs;   /* tk_pool_counts():
 #define CALLER_SHARE_LIMIT 0.8
 static __thread double last_start_wall, last_start_cpu, share_average = 1.0;
 
-/* The next backoff_length regions run on the caller alone; the length doubles when the pool failed
+/* The next backoff_length regions (for BACKOFF_MAX_SECONDS at most) run on the caller alone; the length doubles
+   when the pool failed
    again within 100 regions or in the first window after the last back-off (state kept under the
    pool_busy flag). */
 static void back_off(void) {
     regions_alone = backoff_length;
+    backoff_end = seconds_now() + BACKOFF_MAX_SECONDS;
     count_backoffs++;
     int again = regions_pooled < 100 || windows_since_backoff == 0;
     backoff_length = again && backoff_length < BACKOFF_MAX ? 2 * backoff_length : BACKOFF_REGIONS;
@@ -239,6 +247,8 @@ void tk_parallel(tk_task task, void *argument, int32_t threads) {
         run_alone(task, argument);
         return;
     }
+    if (regions_alone > 0 && seconds_now() >= backoff_end)
+        regions_alone = 0;
     if (regions_alone > 0) {
         regions_alone--;
         count_alone++;

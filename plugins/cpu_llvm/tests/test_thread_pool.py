@@ -118,6 +118,34 @@ print(regions, *counts())
 """
 
 
+_SLOW_BACKOFF_CHILD = _BACKOFF_CHILD.split("held_task, quick_task")[0] + r"""
+held_task = TASK(held)
+slow_task = TASK(lambda _: time.sleep(0.01) if threading.get_ident() == caller else None)
+for regions in range(1, 21):
+    claimed.clear()
+    pool.tk_parallel(held_task, None, 2)
+    if counts()[2]:
+        break
+start, backoffs = time.monotonic(), counts()[2]
+pooled = counts()[0]
+while counts()[0] == pooled and time.monotonic() - start < 5:
+    pool.tk_parallel(slow_task, None, 2)
+print(f"{time.monotonic() - start:.3f}", counts()[1], counts()[2] - backoffs)
+"""
+
+
+@needs_compiler
+def test_a_back_off_ends_after_a_quarter_second_whatever_regions_are_left():
+    """A back-off runs BACKOFF_REGIONS (200) regions on the caller alone, but BACKOFF_MAX_SECONDS (0.25 s) at most:
+    regions of 10 ms (a large GEMM) go back to the pool after about 25, not 200 (2 s on one thread)."""
+    result = subprocess.run([sys.executable, "-c", _SLOW_BACKOFF_CHILD],
+                            env={**os.environ, thread_pool.BACKEND_ENV: "pool"}, capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    seconds, alone, _ = result.stdout.split()
+    assert 0.25 <= float(seconds) < 1.0 and 10 <= int(alone) < 100
+
+
 @needs_compiler
 def test_a_pool_whose_workers_lose_their_core_backs_off_then_tries_again():
     """Regions that a worker held while off its core (lost time: wall time without CPU time) make the pool
