@@ -417,6 +417,34 @@ def _pack_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Valu
                 builder.store(value, _vector_pointer(builder, target, I64(v * lanes), lanes), align=ALIGNMENT)
 
 
+NEXT_PANEL_LOCALITY = 2
+"""LLVM's prefetch locality for the next panel's rows: 2 (prefetcht1) brings them to L2, beside the panel the
+micro-kernels read now, without evicting it from L1."""
+
+
+def _prefetch_next_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
+                         jr: ir.Value, sliver_start: ir.Value, sliver_stop: ir.Value, column_start: ir.Value,
+                         column_stop: ir.Value) -> None:
+    """While sliver `jr` of a panel computes, ask for its share of the rows of the item's next panel (the next kc
+    rows of B, the same columns): each of the panel's slivers prefetches kc / slivers of them, so the next copy
+    (_pack_panel) reads B from L2 instead of waiting on memory a row at a time. The last block of K asks for
+    nothing (rows clamped to K). Measured, Zen 4, 1 core, one process alternating, GFLOP/s without -> with:
+    AVX2 48x4608x512 78.5-79.8 -> 83.8-86.5, 64x4096x1024 78.2-83.6 -> 84.9-85.4, 49x512x4608 75-77 -> 74-77;
+    AVX-512 48x4608x512 82.0-82.7 -> 84.7, 64x4096x1024 80.0-81.0 -> 83.1-83.3, 49x512x4608 88.7 -> 86.0-87.5.
+    Locality 3 (into L1) was slower than none: 48x4608x512 76.4-84.7, 49x512x4608 70.9-71.1."""
+    slivers = builder.sub(sliver_stop, sliver_start)
+    share = builder.udiv(builder.add(I64(plan.kc), builder.sub(slivers, I64(1))), slivers)
+    first = builder.add(builder.add(k_start, I64(plan.kc)), builder.mul(builder.sub(jr, sliver_start), share))
+    last = _minimum(builder, builder.add(first, share), I64(plan.k))
+    prefetch = declare(builder.module, "llvm.prefetch.p0i8", VOID, [ir.IntType(8).as_pointer(), I32, I32, I32])
+    lines = builder.udiv(builder.add(builder.sub(column_stop, column_start), I64(15)), I64(16))
+    with for_range(builder, first, last, name="next.k") as k:
+        row = builder.gep(b, [builder.add(builder.mul(k, ldb), column_start)])
+        with for_range(builder, I64(0), lines, name="next.line") as line:
+            address = builder.bitcast(builder.gep(row, [builder.mul(line, I64(16))]), ir.IntType(8).as_pointer())
+            builder.call(prefetch, [address, I32(0), I32(NEXT_PANEL_LOCALITY), I32(1)])
+
+
 def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
                  depth: ir.Value, column: ir.Value, columns: ir.Value, sliver: ir.Value, stride: ir.Value):
     """(sliver, stride) of a full kc x nr sliver of B copied into a stack buffer (kept otherwise): read in
@@ -472,6 +500,9 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
         with for_range(builder, sliver_start, sliver_stop, name="jr") as jr:
             column = builder.mul(jr, I64(tile.nr))
             columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
+            if plan.pack_panels and depth_blocks > 1:
+                _prefetch_next_panel(builder, plan, b, ldb, k_start, jr, sliver_start, sliver_stop, column_start,
+                                     column_stop)
             if plan.pack_b:
                 sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
                                                       builder.mul(k_start, I64(tile.nr)))], inbounds=True)

@@ -250,6 +250,22 @@ def test_a_b_read_in_place_keeps_its_sliver_in_l1_and_its_panel_in_l2():
     _check(_build(64, 4096, 1024, target_text)[0], 64, 4096, 1024)
 
 
+def test_a_panel_prefetches_the_next_panel_into_l2_while_it_computes():
+    """A GEMM copying panels of a B read in place asks for the next block of K's rows of its panel (into L2,
+    locality 2) while the current panel computes, sliver by sliver; with a single block of K there is no next
+    panel. The products are right with a ragged last block of K, at 1 and 2 threads."""
+    from tensorkiln_cpu_llvm.sgemm import NEXT_PANEL_LOCALITY
+
+    target_text = "llvm -mcpu=haswell -l2_cache=256K"
+    asked = f"i32 0, i32 {NEXT_PANEL_LOCALITY}, i32 1)"
+    module, knobs = _build(20, 700, 500, target_text, config={"pack_b": False, "kc": 128})   # 4 blocks of K
+    assert asked in module.get_source("ll")
+    _check(module, 20, 700, 500)
+    single, _ = _build(20, 700, 120, target_text, config={"pack_b": False, "kc": 128})     # one block of K
+    assert asked not in single.get_source("ll")
+    _check(single, 20, 700, 120)
+
+
 def test_a_bad_cache_option_is_a_clear_error():
     with pytest.raises(tk.ir.TensorkilnError, match="l2_cache=lots"):
         cache_sizes(tk.target("llvm -l2_cache=lots"))
