@@ -23,7 +23,7 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
             micro-kernel: C[ir:+mr, jr:+nr] (+)= A[ir:+mr, pc:+kc] @ Bp[jr / nr, pc:+kc, :]
 
 A is read where it is (rows `lda` apart), or, with `pack_a`, copied once per call into row tiles
-Ap[M / mr, K, mr] in the same parallel packing phase as B (a row tile then is one stream, not mr
+Ap[K / kc, M / mr, kc, mr] (packed_a_offset) in the same parallel packing phase as B (a row tile then is one stream, not mr
 rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
 run. A B read in place (`pack_b` False: few rows reuse each sliver) that is larger than half of L2 has
 each work item's kc x nc panel copied, a row at a time, into the thread's own buffer first
@@ -83,7 +83,7 @@ class GemmPlan:
     pack_panels: bool = False    # (B in place) each item's kc x nc panel is copied, a row at a time, before use
     copy_slivers: bool = False   # (B in place, no panels) each kc x nr sliver is copied to the stack before use
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
-    pack_a: bool = False   # copy A once per call into row tiles Ap[M / mr, K, mr] (rows past M repeat the last)
+    pack_a: bool = False   # copy A once per call into row tiles Ap[K / kc, M / mr, kc, mr] (rows past M repeat the last)
     nc_single: int = 0     # nc when the call runs on one thread (0: nc), see `single_blocks`
 
     def __post_init__(self) -> None:
@@ -157,7 +157,7 @@ class GemmPlan:
 
     @property
     def packed_a_floats(self) -> int:
-        """Floats of one GEMM's packed A (row tiles of mr rows, each K x mr), 0 without pack_a."""
+        """Floats of one GEMM's packed A (row tiles of mr rows, each K x mr, by blocks of K), 0 without pack_a."""
         return self.row_tiles * self.k * self.tile.mr if self.pack_a else 0
 
     @property
@@ -366,20 +366,37 @@ def _define_pack_rows(module: ir.Module, plan: GemmPlan, name: str) -> ir.Functi
     return function
 
 
+def packed_a_offset(builder: ir.IRBuilder, plan: GemmPlan, k_start: ir.Value, depth: ir.Value,
+                    row_tile: ir.Value) -> ir.Value:
+    """Where row tile `row_tile`'s block of K (kc rows from k_start, `depth` of them) starts in the packed A:
+    Ap[K / kc][M / mr][depth][mr], block by block, so the mc x kc block of A that a work item's slivers read again
+    is one piece. Whole row tiles (Ap[M / mr][K][mr]) put each tile's block K * mr floats after the last; at
+    K = 2048 that is 32 KB, and a block's 64 pieces of 8 KB fell into a quarter of L2's sets, more lines per
+    set than its ways."""
+    before = builder.mul(k_start, I64(plan.row_tiles * plan.tile.mr))
+    return builder.add(before, builder.mul(row_tile, builder.mul(depth, I64(plan.tile.mr))))
+
+
 def _define_pack_a(module: ir.Module, plan: GemmPlan, name: str) -> ir.Function:
-    """pack_a(A, lda, out, t): out[k * mr + r] = A[min(t * mr + r, M - 1), k] for every k: row tile t of A,
-    its rows interleaved so the micro-kernel reads one contiguous stream (rows past M repeat the last)."""
+    """pack_a(A, lda, Ap, t): Ap[packed_a_offset(k0, depth, t) + k * mr + r] = A[min(t * mr + r, M - 1), k0 + k]
+    for every block of K (k0, depth) and k < depth: row tile t of A, its rows interleaved so the micro-kernel reads
+    one contiguous stream (rows past M repeat the last)."""
     mr = plan.tile.mr
     function, builder = _packing_function(module, name)
     a, lda, out, row_tile = function.args
     first = builder.mul(row_tile, I64(mr))
     rows = [builder.gep(a, [builder.mul(_minimum(builder, builder.add(first, I64(r)), I64(plan.m - 1)), lda)],
                         inbounds=True) for r in range(mr)]
-    with for_range(builder, I64(0), I64(plan.k), name="k") as k:
-        base = builder.mul(k, I64(mr))
-        for r, row in enumerate(rows):
-            value = builder.load(builder.gep(row, [k], inbounds=True), align=4)
-            builder.store(value, builder.gep(out, [builder.add(base, I64(r))], inbounds=True), align=4)
+    with for_range(builder, I64(0), I64(-(-plan.k // plan.kc)), name="pc") as pc:
+        k_start = builder.mul(pc, I64(plan.kc))
+        depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
+        block = builder.gep(out, [packed_a_offset(builder, plan, k_start, depth, row_tile)], inbounds=True)
+        with for_range(builder, I64(0), depth, name="k") as k:
+            base = builder.mul(k, I64(mr))
+            column = builder.add(k_start, k)
+            for r, row in enumerate(rows):
+                value = builder.load(builder.gep(row, [column], inbounds=True), align=4)
+                builder.store(value, builder.gep(block, [builder.add(base, I64(r))], inbounds=True), align=4)
     builder.ret_void()
     return function
 
@@ -524,8 +541,7 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
                 if plan.pack_a:
-                    a_tile = builder.gep(ap, [builder.mul(builder.add(builder.mul(it, I64(plan.k)), k_start),
-                                                          I64(tile.mr))], inbounds=True)
+                    a_tile = builder.gep(ap, [packed_a_offset(builder, plan, k_start, depth, it)], inbounds=True)
                 else:
                     a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
                 c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
@@ -608,8 +624,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
     def pack_a_tile(taken):
         g, row_tile = builder.udiv(taken, I64(plan.row_tiles)), builder.urem(taken, I64(plan.row_tiles))
         operands = _batch_operands(builder, plan, values, g)
-        out = builder.gep(operands["Ap"], [builder.mul(row_tile, I64(plan.k * plan.tile.mr))], inbounds=True)
-        builder.call(pack_a, [operands["A"], values["lda"], out, row_tile])
+        builder.call(pack_a, [operands["A"], values["lda"], operands["Ap"], row_tile])
 
     if slivers + a_tiles:
         with _dynamic_loop(builder, _field(builder, closure, "next_sliver"), slivers + a_tiles, "pack") as taken:
