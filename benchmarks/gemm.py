@@ -206,7 +206,10 @@ def main() -> None:
         with threadpool_limits(limits=threads or None, user_api="blas"):
             for name, run in runs.items():
                 if not name.endswith("naive"):
-                    run()  # warm up: thread pools start, pages fault in
+                    # warm up: thread pools start, pages fault in (after a pause: OpenBLAS's spinning threads
+                    # would make tensorkiln's pool back off, thread_pool.c)
+                    time.sleep(QUIESCE_SECONDS if threads != 1 else 0.0)
+                    run()
             # naive takes seconds per call: three calls, apart (run between the others, it slowed the
             # next rows by half, measured in CPU time)
             for name in [n for n in runs if n.endswith("naive")]:
