@@ -23,8 +23,8 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
             micro-kernel: C[ir:+mr, jr:+nr] (+)= A[ir:+mr, pc:+kc] @ Bp[jr / nr, pc:+kc, :]
 
 A is read where it is (rows `lda` apart), or, with `pack_a`, copied once per call into row tiles
-Ap[K / kc, M / mr, kc, mr] (packed_a_offset) in the same parallel packing phase as B (a row tile then is one stream, not mr
-rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
+Ap[K / kc, M / mr, kc, mr] (packed_a_offset) in the same parallel packing phase as B (a row tile then is one
+stream, not mr rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
 run. A B read in place (`pack_b` False: few rows reuse each sliver) that is larger than half of L2 has
 each work item's kc x nc panel copied, a row at a time, into the thread's own buffer first
 (`pack_panels`; see _pack_panel for why rows); a smaller one whose rows crowd one L1 set has each
@@ -83,7 +83,7 @@ class GemmPlan:
     pack_panels: bool = False    # (B in place) each item's kc x nc panel is copied, a row at a time, before use
     copy_slivers: bool = False   # (B in place, no panels) each kc x nr sliver is copied to the stack before use
     batch: int = 1         # G GEMMs of these shapes, operands batch-strided (one call, one parallel region)
-    pack_a: bool = False   # copy A once per call into row tiles Ap[K / kc, M / mr, kc, mr] (rows past M repeat the last)
+    pack_a: bool = False   # copy A once per call into row tiles Ap[K / kc, M / mr, kc, mr] (rows past M: the last)
     nc_single: int = 0     # nc when the call runs on one thread (0: nc), see `single_blocks`
 
     def __post_init__(self) -> None:
@@ -371,8 +371,8 @@ def packed_a_offset(builder: ir.IRBuilder, plan: GemmPlan, k_start: ir.Value, de
     """Where row tile `row_tile`'s block of K (kc rows from k_start, `depth` of them) starts in the packed A:
     Ap[K / kc][M / mr][depth][mr], block by block, so the mc x kc block of A that a work item's slivers read again
     is one piece. Whole row tiles (Ap[M / mr][K][mr]) put each tile's block K * mr floats after the last; at
-    K = 2048 that is 32 KB, and a block's 64 pieces of 8 KB fell into a quarter of L2's sets, more lines per
-    set than its ways."""
+    K = 2048 that is 32 KB, and a block's 64 pieces of 8 KB fall into a quarter of L2's sets (1 MB, 8 ways), more
+    lines per set than it has ways."""
     before = builder.mul(k_start, I64(plan.row_tiles * plan.tile.mr))
     return builder.add(before, builder.mul(row_tile, builder.mul(depth, I64(plan.tile.mr))))
 

@@ -233,8 +233,9 @@ def _finish(m: int, n: int, mc: int, nc: int, cores: int) -> int:
 
 def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int, widest: int | None = None) -> int:
     """`nc`, unless another column block (a multiple of nr, at least MIN_COLUMN_SLIVERS slivers, from half of
-    `widest` (or nc when narrower) to `widest` columns when given, one item per core at least) lets the threads finish sooner by BALANCE_GAIN: then the widest block
-    within BALANCE_GAIN of the soonest finish (a wider panel is a longer run of each of B's rows). 512 columns are
+    `widest` (or nc when narrower) to `widest` columns when given, one item per core at least) lets the threads
+    finish sooner by BALANCE_GAIN: then the widest block within BALANCE_GAIN of the soonest finish (a wider panel
+    is a longer run of each of B's rows). 512 columns are
     21.3 slivers of 24: items of 6 slivers (144, 144, 144, 80) leave one of 2 threads 288 columns, two of
     11 (264, 248) leave it 264. Measured, AVX2 (Zen 1, 2 vCPUs), 49x512x4608, one process alternating, 2 threads:
     43.7 -> 47.7 GFLOP/s (haswell's model 40.8 -> 46.4), 1 thread 24.7 -> 25.1. A width whose last block is
