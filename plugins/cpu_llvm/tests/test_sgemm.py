@@ -16,7 +16,7 @@ from tensorkiln import graph, te
 from tensorkiln.compiler.strategy import select
 from tensorkiln_cpu_llvm.host import cache_sizes, parse_size
 from tensorkiln_cpu_llvm.sgemm import GemmPlan, sgemm_source
-from tensorkiln_cpu_llvm.strategies.gemm_blocking import gemm_plan, gemm_space, register_tiles
+from tensorkiln_cpu_llvm.strategies.gemm_blocking import PACK_A_MIN_COLUMNS, gemm_plan, gemm_space, register_tiles
 from tensorkiln_cpu_llvm.ukernels import GemmTile
 
 RNG = np.random.default_rng(7)
@@ -160,9 +160,11 @@ def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     target = tk.target(f"llvm -mcpu=haswell {caches}")
     assert gemm_plan(1024, 1024, 1024, target, {}, "kn").pack_a          # 4 MB of A
     assert not gemm_plan(256, 1024, 256, target, {}, "kn").pack_a        # 256 KB: it stays in L2
-    # a single sliver of B reads each row tile once: A is read in place (its next row tile prefetched)
+    # a single sliver of B reads each row tile once, and a narrow B's work does not repay the pass over A: A is
+    # read in place (its next row tile prefetched)
     assert not gemm_plan(3136, 24, 256, target, {}, "kn").pack_a
-    assert gemm_plan(3136, 48, 256, target, {}, "kn").pack_a
+    assert not gemm_plan(3136, 256, 256, target, {}, "kn").pack_a
+    assert gemm_plan(3136, PACK_A_MIN_COLUMNS, 256, target, {}, "kn").pack_a
     with pytest.raises(ValueError, match="pack_a needs K > 0"):
         GemmPlan(tile=GemmTile(4, 24, 8), m=16, n=64, k=0, mc=16, nc=48, kc=8, pack_a=True)
     assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {}, "kn").symbol
@@ -327,11 +329,12 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
 
 
 def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
-    """tk.compile of dense + bias + relu with A (600 x 1024 floats, 2.4 MB) beyond half of a 1 MB L2: the
-    strategy's default packs A, and the whole group matches numpy at 1 and 2 threads."""
+    """tk.compile of dense + bias + relu with A (600 x 1024 floats, 2.4 MB) beyond half of a 1 MB L2 and 400
+    outputs (at least PACK_A_MIN_COLUMNS): the strategy's default packs A, and the whole group matches numpy at 1
+    and 2 threads."""
     x = RNG.standard_normal((600, 1024), dtype=np.float32)
-    w = RNG.standard_normal((200, 1024), dtype=np.float32)
-    bias = RNG.standard_normal(200, dtype=np.float32)
+    w = RNG.standard_normal((400, 1024), dtype=np.float32)
+    bias = RNG.standard_normal(400, dtype=np.float32)
     dense = graph.nn.dense(graph.var("x", shape=(600, 1024)), graph.const(w))
     lib = tk.compile(graph.nn.relu(graph.nn.bias_add(dense, graph.const(bias))), "llvm -l2_cache=1M")
     # (the constant weight is transposed at compile time: the group runs as a matmul)

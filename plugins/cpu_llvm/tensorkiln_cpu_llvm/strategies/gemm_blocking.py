@@ -16,7 +16,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
   of L2: packs_panels; else each sliver copied to the stack where its rows crowd an L1 set);
-- pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2;
+- pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2 and B is at
+  least PACK_A_MIN_COLUMNS wide;
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3 (a copied panel of a B read in
   place, with A in L2: PANEL_L2_SHARE of L2), then
   split until there are at least WORK_ITEMS_PER_CORE items per core (PANEL_ITEMS_PER_CORE when
@@ -321,19 +322,30 @@ def _packs_b(m: int, mc: int) -> bool:
     return m > PACK_ABOVE_ROWS and -(-m // mc) > 1
 
 
+PACK_A_MIN_COLUMNS = 384
+"""Columns of B (N) from which packing A pays (_packs_a). The copy is one pass over A, written to memory and read
+back, paid once per float of A, while the float's work is 2N flops: at N = 256 the pass costs about a tenth of the
+GEMM's time at 100 GFLOP/s. Measured, Zen 4, one process alternating, A in place against packed, GFLOP/s: 1 core,
+196x256x2304 AVX2 (6x16) 97.9 against 90.7, AVX-512 (7x32) 94.0 against 88.7; 2 cores even (150.1 / 150.9,
+171.6 / 169.2). At N = 512, 49x512x4608 at 2 cores ran 106.8 against 123.1 (AVX2) and 142.0 against 161.8
+(AVX-512), at 1 core even (72.1 / 73.2, 73.9 / 71.0). At N >= 768 (1024^3, 1000^3, 960^3, 1024x1000x2048,
+3072x768x768) the two were within 4% of each other at 1 core, either way, and packing is kept for the
+measurements of Sapphire Rapids (_packs_a)."""
+
+
 def _packs_a(m: int, n: int, k: int, tile: GemmTile, target) -> bool:
-    """Pack A into row tiles (one extra pass over A, sgemm.py) when A is more than half of L2 and more than one
-    sliver of B reads each tile (N wider than the register tile): with a single sliver each row tile is read
-    once, the copy is a second pass over A for nothing, and the micro-kernel prefetches the next row tile in
-    place anyway (ukernels.next_tile_rows). Measured, 1 core, 3136x256x64 (a 1x1 conv's GEMM, 6x64 tile):
-    0.64x numpy packed, 0.95x in place. An A that stays
-    in L2 is read from there by every sliver wherever its rows lie; a larger one comes from L3 a row tile at a
-    time, mr rows a page or more apart each (TLB misses, no streaming prefetch), and packed it is one stream.
-    Measured, 1 core, packed against in place: Sapphire Rapids (KVM, L2 2 MB) AVX-512 1024^3 0.59 -> 0.80x
-    numpy (8x32) and 0.73 -> 0.90x (6x64), 1024x1000x2048 0.57 -> 0.80x, 196x256x2304 0.93 -> 1.05x; AVX2
-    1024^3 0.77 -> 0.82x, 1000^3 0.86 -> 0.91x; smaller A lose: AVX2 256^3 0.96 -> 0.90x, 96x96x1024 1.00 ->
-    0.94x."""
-    return m * k * 4 > cache_sizes(target).l2 // 2 and n > tile.nr
+    """Pack A into row tiles (one extra pass over A, sgemm.py) when A is more than half of L2 and B is at least
+    PACK_A_MIN_COLUMNS wide (and wider than the register tile): for a narrower B the copy costs more than it saves
+    (with a single sliver each row tile is read once), and the micro-kernel prefetches the next row tile in place
+    anyway (ukernels.next_tile_rows). Measured, 1 core, 3136x256x64 (a 1x1 conv's GEMM, 6x64 tile): 0.64x numpy
+    packed, 0.95x in place. An A that stays in L2 is read from there by every sliver wherever its rows lie; a larger
+    one comes from L3 a row tile at a time, mr rows a page or more apart each (TLB misses, no streaming prefetch),
+    and packed it is one stream. Measured, 1 core, packed against in place, before the micro-kernel prefetched the
+    next row tile: Sapphire Rapids (KVM, L2 2 MB) AVX-512 1024^3 0.59 -> 0.80x numpy (8x32) and 0.73 -> 0.90x
+    (6x64), 1024x1000x2048 0.57 -> 0.80x, 196x256x2304 0.93 -> 1.05x; AVX2 1024^3 0.77 -> 0.82x, 1000^3 0.86 ->
+    0.91x; smaller A lose: AVX2 256^3 0.96 -> 0.90x, 96x96x1024 1.00 -> 0.94x. With that prefetch, Zen 4 (L2 1 MB)
+    measured the two within 4% at 1 core for N >= 768 (PACK_A_MIN_COLUMNS)."""
+    return m * k * 4 > cache_sizes(target).l2 // 2 and n > tile.nr and n >= PACK_A_MIN_COLUMNS
 
 
 def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1) -> GemmPlan:
