@@ -8,8 +8,9 @@ Rows: numpy; tensorkiln naive (the core's naive default schedule); the seed's sc
 32x32 blocks, a cache_write accumulator computed at the block, k split by 4 and unrolled,
 the columns vectorized, the blocks' rows and the packing parallel); best: what `tk.compile` runs
 for nn.matmul on cpu_llvm, the implementation its strategies choose with default knobs
-(cpu_llvm.matmul_ukernel, strategies/ukernel.py: packed B, mc/kc blocking, an 8x32 FMA
-micro-kernel with AVX-512 or 6x16 with AVX2, parallel rows). Each single-threaded (numpy limited to 1 thread with
+(cpu_llvm.matmul_ukernel, strategies/ukernel.py: packed B, mc/kc blocking, an FMA micro-kernel whose
+register tile follows the CPU (strategies/gemm_blocking.register_tiles: 4x24 with AVX2, 6x16 or 8x32 or 6x64
+with AVX-512), parallel rows). Each single-threaded (numpy limited to 1 thread with
 threadpoolctl, tensorkiln num_threads=1) and with all cores; medians of `repeat`
 timings, each ratio relative to numpy in the same thread setting.
 

@@ -9,7 +9,8 @@ Both follow the intrinsic argument convention (tensorkiln.sdk.intrinsic_impl)::
         kernel on the edges
 
 `GemmTile` is the register tile; intrinsics.tile_for derives it from the target's CPU
-(AVX-512: 8x32, 16 zmm accumulators; AVX2: 4x24, 12 ymm accumulators).
+(AVX-512: 8x32, 16 zmm accumulators; AVX2: 4x24, 12 ymm accumulators); the whole-GEMM call's tile
+comes from strategies/gemm_blocking.register_tiles.
 """
 from __future__ import annotations
 

@@ -150,11 +150,12 @@ def test_b_is_copied_in_panels_when_it_outgrows_l2_else_slivers_when_its_rows_cr
 
 def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     """6x64 where two 512-bit FMA pipes need fewer loads per FMA (unless it pads N by more than a sixteenth),
-    8x32 on other AVX-512 cores; A packed when it is more than half of L2."""
+    6x16 where one 512-bit FMA issues a cycle (ONE_FMA512_TILE_ROWS); A packed when it is more than half of L2."""
     caches = "-l1_cache=48K -l2_cache=2M -l3_cache=32M"
     assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile == \
         GemmTile(6, 64, 16)
-    assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=znver4 {caches}"), {}, "kn").tile == GemmTile(8, 32, 16)
+    assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=znver4 {caches}"), {}, "kn").tile == GemmTile(6, 16, 16)
+    assert gemm_plan(28, 784, 28, tk.target(f"llvm -mcpu=znver4 {caches}"), {}, "kn").tile == GemmTile(4, 16, 16)
     assert gemm_plan(1024, 40, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile.nr == 32
     assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=haswell {caches}"), {}, "kn").tile == GemmTile(4, 24, 8)
     target = tk.target(f"llvm -mcpu=haswell {caches}")
@@ -314,18 +315,19 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
     from tensorkiln_cpu_llvm.strategies.gemm_blocking import BALANCED_ITEMS_PER_CORE, MIN_SPLIT_ROWS
 
     caches = "-l1_cache=32K -l2_cache=1M -l3_cache=32M"
-    for cpu in ("skylake-avx512", "znver4"):   # the 6x64 and the 8x32 register tile
-        for cores in (2, 4):
-            target = tk.target(f"llvm -mcpu={cpu} {caches} -num_threads={cores}")
-            tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
-            assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= MIN_SPLIT_ROWS
-            assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
-            short = gemm_plan(196, 1024, 256, target, {}, "kn")
-            assert short.row_blocks == 1
+    for cpu in ("skylake-avx512", "znver4"):   # the 6x64 and the 6x16 register tile
         # one thread: blocks follow the caches alone (an mc x kc block of A in half of L2, all columns)
         alone = gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu={cpu} {caches} -num_threads=1"), {}, "kn")
         assert alone.column_blocks == 1 and alone.mc * alone.kc * 4 <= (1 << 20) // 2
         assert alone.items < BALANCED_ITEMS_PER_CORE
+        for cores in (2, 4):
+            target = tk.target(f"llvm -mcpu={cpu} {caches} -num_threads={cores}")
+            tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
+            # rows split for balance stay MIN_SPLIT_ROWS high (or the caches' block, when that is lower)
+            assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= min(MIN_SPLIT_ROWS, alone.mc)
+            assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
+            short = gemm_plan(196, 1024, 256, target, {}, "kn")
+            assert short.row_blocks == 1
 
 
 def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():

@@ -7,7 +7,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 - tile "MRxNR": the register tile. MR x NR/lanes accumulators plus NR/lanes B vectors
   and one broadcast must fit the vector registers: 4x24 on AVX2 (12 of 16 ymm), 8x32
   on AVX-512 (16 of 32 zmm; 14x32 with 28 is a candidate), 6x64 (24 zmm) where two 512-bit
-  FMA pipes need fewer loads per FMA (host.CpuFacts.fma512_pipes); up to two rows fewer when
+  FMA pipes need fewer loads per FMA (host.CpuFacts.fma512_pipes), 6x16 where one 512-bit FMA issues a
+  cycle (ONE_FMA512_TILE_ROWS); up to two rows fewer when
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
 - kc: a kc x NR sliver of packed B is one and a half times L1, streamed from L2 beside the row tile (C's tile
   is read and written once per kc: _streamed_depth); a sliver of a B read in place fills half of L1
@@ -100,6 +101,8 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
             # 1000^3 0.81 -> 0.93x, 3072x768x768 0.86 -> 0.94x, 196x256x2304 1.05 -> 1.18x (N padded to
             # 64 by at most a sixteenth)
             tiles = (tiles[2], tiles[0], tiles[1], tiles[3])
+        elif facts.fma512_pipes == 1:
+            tiles = (f"{ONE_FMA512_TILE_ROWS}x{lanes}", *tiles)
     else:
         # 4x24 first: 7 loads per 12 FMAs (6x16: 8), and 4 rows pad M less. Measured 1 core, AVX2, each
         # tile on the same blocks, against 6x16: 64x4096x1024 0.84 -> 0.95x numpy, 1000^3 0.97 -> 1.02x,
@@ -122,6 +125,16 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
     if rows == default_rows:
         return tiles
     return (f"{rows}x{default_columns}", *tiles)
+
+
+ONE_FMA512_TILE_ROWS = 6
+"""Rows of the default register tile where one 512-bit FMA issues per cycle (host.CpuFacts.fma512_pipes == 1: Zen
+4, which splits it into two 256-bit halves, and Intel's client cores): six rows of one vector (6x16), six
+accumulators for an FMA latency of 4. Two vectors a row (8x32) did as well only for deep K: measured, Zen 4, 1 core, a chain of
+batched GEMMs (4 groups, the grouped 1x1 convs of shufflenet: M = K = 28-136, N = 49-784), against numpy, 8x32 /
+7x32 against 6x16 (4x16 where M pads less): 28x784x28 0.60-0.81 -> 0.93-0.95x (4x16 1.01x), 68x196x68 0.72-0.78 ->
+0.89-0.90x, 136x49x136 0.42-0.67 -> 0.83-0.84x, 34x196x34 0.53 -> 0.89x; the GEMM sweep even (1024^3 106.0 against
+105.9 GFLOP/s, 196x256x2304 108.2 / 108.0) or better (64x4096x1024 83.2 -> 87.2)."""
 
 
 PADDING_GAIN = 0.98
