@@ -369,6 +369,21 @@ def test_the_micro_kernel_prefetches_the_next_row_tile_only_when_it_reads_a_in_p
     _check(module, 3136 // 4 + 3, 24, 256)
 
 
+@pytest.mark.parametrize("n, edge", [(49, 8), (40, 16), (47, None), (48, None), (25, 8)])
+def test_the_ragged_last_sliver_computes_whole_vectors_only(n, edge):
+    """With 24-column slivers (AVX2 4x24), a last sliver of n % 24 columns runs a register tile of those columns
+    rounded up to vectors of 8 (GemmPlan.edge_tile; none when that is the whole sliver), B packed, in place and
+    copied in panels, and every product matches numpy at 1 and 2 threads."""
+    target_text = "llvm -mcpu=haswell -l2_cache=64K"   # B of 49 x 1024 floats is copied in panels
+    for config in ({"tile": "4x24", "pack_b": True}, {"tile": "4x24", "pack_b": False}):
+        plan = gemm_plan(13, n, 1024, tk.target(target_text), config, "kn")
+        assert plan.edge_tile == (GemmTile(4, edge, 8) if edge else None)
+        module, _ = _build(13, n, 1024, target_text, config=config)
+        assert (".micro_edge" in module.get_source("ll")) == bool(edge)
+        _check(module, 13, n, 1024)
+    assert gemm_plan(13, 49, 1024, tk.target(target_text), {"tile": "4x24", "pack_b": False}, "kn").pack_panels
+
+
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 7, 9, 13])
 def test_k_loop_unrolled_by_four_with_any_remainder(k):
     """ukernels.accumulate_over_k steps K_UNROLL k at a time, then one at a time: every depth below,
