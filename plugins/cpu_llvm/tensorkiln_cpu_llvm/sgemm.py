@@ -31,16 +31,16 @@ each work item's kc x nc panel copied, a row at a time, into the thread's own bu
 kc x nr sliver copied to the stack just before its row tiles (`copy_slivers`). Edge tiles cost
 almost nothing: a tile with fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
-mask, in a register tile only as wide as those columns rounded up to whole vectors (GemmPlan.edge_tile). Work items are taken from an atomic counter (dynamic scheduling), so a thread
-slowed down by other processes takes fewer; one thread (num_threads=1, a single item,
-or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in place
-without a parallel region, in the plan's one-thread blocks where they differ (GemmPlan.single_blocks: a
-B copied in panels takes wider ones, chosen when the call finds its thread count). With B read in place
-the caller packs the ragged sliver before the region, so the threads never wait for each other. A batch
-shares one region: its slivers and work items are numbered across the batch (item i is GEMM i // items-per-GEMM), so
-G small GEMMs (grouped 1x1 convs, attention heads) are shared out together instead of running
-one after another, each too small to be split. The region runs on the pool of
-thread_pool.c, which returns once the work is done without waiting for threads that never started.
+mask, in a register tile only as wide as those columns rounded up to whole vectors (GemmPlan.edge_tile). Work items
+are taken from an atomic counter (dynamic scheduling), so a thread slowed down by other processes takes fewer; one
+thread (num_threads=1, a single item, or less than MIN_FLOPS_PER_THREAD of work for a second one) runs the worker in
+place without a parallel region, in the plan's one-thread blocks where they differ (GemmPlan.single_blocks: a B
+copied in panels takes wider ones, chosen when the call finds its thread count). With B read in place the caller
+packs the ragged sliver before the region, so the threads never wait for each other. A batch shares one region: its
+slivers and work items are numbered across the batch (item i is GEMM i // items-per-GEMM), so G small GEMMs (grouped
+1x1 convs, attention heads) are shared out together instead of running one after another, each too small to be
+split. The region runs on the pool of thread_pool.c, which returns once the work is done without waiting for
+threads that never started.
 """
 from __future__ import annotations
 

@@ -128,9 +128,9 @@ def register_tiles(target, m: int | None = None, n: int | None = None) -> tuple[
 
 
 ONE_FMA512_TILE_ROWS = 6
-"""Rows of the default register tile where one 512-bit FMA issues per cycle (host.CpuFacts.fma512_pipes == 1: Zen
-4, which splits it into two 256-bit halves, and Intel's client cores): six rows of one vector (6x16), six
-accumulators for an FMA latency of 4. Two vectors a row (8x32) did as well only for deep K: measured, Zen 4, 1 core, a chain of
+"""Rows of the default register tile where one 512-bit FMA issues per cycle (host.CpuFacts.fma512_pipes == 1: Zen 4,
+which splits it into two 256-bit halves, and Intel's client cores): six rows of one vector (6x16), six accumulators
+for an FMA latency of 4. Two vectors a row (8x32) did as well only for deep K: measured, Zen 4, 1 core, a chain of
 batched GEMMs (4 groups, the grouped 1x1 convs of shufflenet: M = K = 28-136, N = 49-784), against numpy, 8x32 /
 7x32 against 6x16 (4x16 where M pads less): 28x784x28 0.60-0.81 -> 0.93-0.95x (4x16 1.01x), 68x196x68 0.72-0.78 ->
 0.89-0.90x, 136x49x136 0.42-0.67 -> 0.83-0.84x, 34x196x34 0.53 -> 0.89x; the GEMM sweep even (1024^3 106.0 against
