@@ -12,7 +12,7 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   that pads M less (M = 49 runs 7x32), M rows when M is smaller;
 - kc: a kc x NR sliver of packed B is one and a half times L1, streamed from L2 beside the row tile (C's tile
   is read and written once per kc: _streamed_depth); a sliver of a B read in place fills half of L1
-  (_resident_depth);
+  (_resident_depth), two thirds when B is copied into panels (_panel_depth);
 - mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
@@ -188,9 +188,11 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
     kc = _resident_depth(tile, caches)
     blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores, kc)
     if packs_panels(n, k, caches) and not _packs_b(m, blocks["mc"]):
-        # B streamed from memory into each item's panels: a narrower panel is a shorter run of each row of B;
-        # with A in L2, a panel in a quarter of L2 (PANEL_L2_SHARE)
-        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (blocks["kc"] * 4)
+        # B streamed from memory into each item's panels, deeper ones (_panel_depth): a narrower panel is a
+        # shorter run of each row of B; with A in L2, a panel in a quarter of L2 (PANEL_L2_SHARE)
+        kc = max(kc, _panel_depth(tile, caches))
+        depth = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc)["kc"]
+        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (depth * 4)
         blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc, widest)
         if batch == 1:
             blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores, widest)
@@ -218,6 +220,17 @@ def _resident_depth(tile: GemmTile, caches) -> int:
     if tile.nr >= 4 * tile.lanes:
         return min(512, max(64, caches.l1d * 2 // 3 // (2 * tile.lanes * 4) // 16 * 16))
     return min(512, max(64, caches.l1d // 2 // (tile.nr * 4) // 16 * 16))
+
+
+def _panel_depth(tile: GemmTile, caches) -> int:
+    """kc of a B copied into panels (sgemm._pack_panel): a kc x NR sliver in two thirds of L1, not half. Each
+    micro-kernel call reads and writes C's tile, its rows ldc apart, once per kc, and a deeper block spreads that
+    over more FMAs; the panel, in L2, refills the sliver lines that A's row tiles evict. Measured, Zen 4 (L1 32 KB),
+    1 core, one process alternating with numpy, three rounds, kc half -> two thirds: AVX2 (4x24) 64x4096x1024 152
+    -> 208 0.934-0.948 -> 0.946-0.959x, 48x4608x512 160 -> 176 0.93-0.95 -> 0.97-0.98x, 128x3072x768 0.95-0.97 ->
+    0.96-0.97x, 49x512x4608 and 196x256x2304 even; AVX-512 (5x16) 49x512x4608 256 -> 336 1.06-1.11 -> 1.10-1.11x.
+    The whole of L1 (kc 344 at 4x24) measured about as two thirds."""
+    return min(512, max(64, caches.l1d * 2 // 3 // (tile.nr * 4) // 16 * 16))
 
 
 PANEL_L2_SHARE = 4
