@@ -16,7 +16,8 @@ slivers Bp[N / nr, K, nr] (zero-padded past N; skipped when B comes packed):
 
     parallel, dynamic: pack rows of B into slivers              (PACK_ROWS rows per work unit)
     wait until every sliver is packed (by whichever thread claimed it)
-    parallel, dynamic: for each work item (row block ib, column block jb):
+    parallel, dynamic: for each work item (row block ib, column block jb; B's slivers evened out over the
+                       ceil(N / nc) column blocks, as gemm_blocking.column_block_widths):
       for pc in K / kc:                                         # kc x nr sliver of Bp stays in L1
         for jr in nc / nr:                                      # mc x kc block of A stays in L2
           for ir in mc / mr:
@@ -495,9 +496,9 @@ def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Val
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str,
                  micro_edge: ir.Function | None = None) -> ir.Function:
     """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel, mc, nc, row_blocks): the blocks of C of
-    work item `index` over all of K, C split into blocks of mc x nc, row_blocks of them per column (A's row
-    tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's kc x nc floats,
-    when plan.pack_panels; the ragged last sliver by `micro_edge`, plan.edge_tile wide, when given)."""
+    work item `index` over all of K, C split into blocks of mc x (at most) nc, row_blocks of them per column
+    (A's row tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's kc x nc
+    floats, when plan.pack_panels; the ragged last sliver by `micro_edge`, plan.edge_tile wide, when given)."""
     tile = plan.tile
     function = ir.Function(module, ir.FunctionType(
         VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR, I64, I64, I64]),
@@ -511,10 +512,16 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     column_block = builder.udiv(index, row_blocks)
     row_start = builder.mul(row_block, mc)
     row_stop = _minimum(builder, builder.add(row_start, mc), I64(plan.m))
-    column_start = builder.mul(column_block, nc)
-    column_stop = _minimum(builder, builder.add(column_start, nc), I64(plan.n))
-    sliver_start = builder.udiv(column_start, I64(tile.nr))
-    sliver_stop = builder.udiv(builder.add(column_stop, I64(tile.nr - 1)), I64(tile.nr))
+    # B's slivers evened out over the column blocks (the first `extra` take one more): 171 slivers in 16 items
+    # are 11 of 11 and 5 of 10, not 15 of 11 and one of 6, which two threads share 86 / 85, not 88 / 83
+    column_blocks = builder.udiv(builder.add(I64(plan.n), builder.sub(nc, I64(1))), nc)
+    per_block = builder.udiv(I64(plan.slivers), column_blocks)
+    extra = builder.urem(I64(plan.slivers), column_blocks)
+    sliver_start = builder.add(builder.mul(column_block, per_block), _minimum(builder, column_block, extra))
+    sliver_stop = builder.add(builder.add(sliver_start, per_block),
+                              builder.zext(builder.icmp_unsigned("<", column_block, extra), I64))
+    column_start = builder.mul(sliver_start, I64(tile.nr))
+    column_stop = _minimum(builder, builder.mul(sliver_stop, I64(tile.nr)), I64(plan.n))
     tile_start = builder.udiv(row_start, I64(tile.mr))
     tile_stop = builder.udiv(builder.add(row_stop, I64(tile.mr - 1)), I64(tile.mr))
     depth_blocks = max(1, -(-plan.k // plan.kc))   # K = 0 still overwrites C (with zeros)

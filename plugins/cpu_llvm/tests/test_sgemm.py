@@ -394,24 +394,33 @@ def test_k_loop_unrolled_by_four_with_any_remainder(k):
 
 
 def test_panel_columns_are_split_for_the_threads_to_finish_together():
-    """With B copied in panels, the column blocks are chosen so that the items, taken by whichever thread is
-    free, leave no thread much more than its share: 512 columns as (264, 248), not (144, 144, 144, 80); never
-    with a thin last block (each item reads all of A); one core keeps the default."""
-    from tensorkiln_cpu_llvm.strategies.gemm_blocking import balanced_columns
+    """B's slivers are evened out over the column blocks (the first ones a sliver wider), so the items, taken by
+    whichever thread is free, leave no thread much more than its share: 4096 columns in blocks of at most 264 are
+    11 of 264 and 5 of 240 or 232, not 15 of 264 and one of 136. With B copied in panels, the count of blocks is
+    chosen among those at most `widest` wide; one core keeps the default."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import balanced_columns, column_block_widths
 
-    assert balanced_columns(49, 512, 52, 144, 24, 2) == 264
-    assert balanced_columns(196, 256, 196, 72, 24, 2) == 72        # (120, 120, 16) would be thin
+    assert column_block_widths(4096, 264, 24) == [264] * 11 + [240] * 4 + [232]
+    assert column_block_widths(512, 144, 24) == [144, 144, 120, 104]
+    assert column_block_widths(25, 24, 24) == [24, 1]
+    for n, nc, nr in ((4096, 264, 24), (1000, 96, 16), (49, 24, 24), (3072, 384, 32), (7, 8, 8)):
+        widths = column_block_widths(n, nc, nr)
+        assert sum(widths) == n and len(widths) == -(-n // nc) and max(widths) <= nc
+        assert all(w % nr == 0 for w in widths[:-1]) and max(widths[:-1] or [0]) - min(widths[:-1] or [0]) <= nr
+
+    def busiest(n, nc, nr, threads):   # items in order, each to the thread free first
+        loads = [0] * threads
+        for width in column_block_widths(n, nc, nr):
+            loads[loads.index(min(loads))] += width
+        return max(loads)
+
+    for m, n, nc, widest in ((49, 512, 144, None), (64, 4096, 264, 315), (64, 4096, 384, 431), (196, 256, 72, None)):
+        chosen = balanced_columns(m, n, m, nc, 24, 2, widest)
+        assert chosen % 24 == 0 and (widest is None or chosen <= widest)
+        assert busiest(n, chosen, 24, 2) <= (n / 2 + 24) / 0.98   # within a sliver of half, by BALANCE_GAIN
     assert balanced_columns(49, 512, 52, 144, 24, 1) == 144
-    assert balanced_columns(64, 4096, 64, 1032, 24, 2) == 1032     # already even
-    # at most `widest` columns (a panel's share of L2): the widest of the blocks within BALANCE_GAIN of the soonest
-    assert balanced_columns(49, 512, 52, 144, 24, 2, widest=300) == 264
-    assert balanced_columns(49, 512, 52, 144, 24, 2, widest=200) == 144      # (192, 192, 128) ends later
-    assert balanced_columns(64, 4096, 64, 384, 24, 2) == 2088     # (2088, 2008): 2064 would end 1% sooner
-    assert balanced_columns(64, 4096, 64, 384, 24, 2, widest=431) == 264   # not (384 x 10, 256): 3% later
-    target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
-    plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")   # A packed: panels as wide as balance allows
-    assert plan.pack_panels and plan.pack_a and plan.nc == 264 and plan.column_blocks == 2
-    _check(_build(49, 512, 2048, target_text)[0], 49, 512, 2048)
+    assert balanced_columns(64, 4096, 64, 384, 24, 2) == 2064       # two blocks, (2064, 2032)
+    assert balanced_columns(64, 4096, 64, 384, 24, 2, widest=431) == 360   # 12 blocks of 328-360, not 11 of 384
 
 
 def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
@@ -420,8 +429,8 @@ def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     and both thread counts match numpy. A tuned record's own blocks are kept at every thread count."""
     target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
     plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")
-    assert plan.pack_panels and plan.nc == 264 and plan.single_blocks == (plan.mc, 528) and plan.pack_a
-    assert (plan.items, plan.single.items) == (2, 1) and plan.panel_floats == plan.kc * 528
+    assert plan.pack_panels and plan.nc == 144 and plan.single_blocks == (plan.mc, 528) and plan.pack_a
+    assert (plan.items, plan.single.items) == (4, 1) and plan.panel_floats == plan.kc * 528
     assert plan.symbol.endswith(f"_s{plan.mc}x528")
     module, _ = _build(49, 512, 2048, target_text)
     assert plan.symbol in module.get_source("ll")

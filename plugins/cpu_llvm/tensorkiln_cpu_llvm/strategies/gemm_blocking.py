@@ -248,12 +248,22 @@ against 264 (16 items, 2112 and 1984): measured, Zen 4, one process alternating,
 0.98-0.99x."""
 
 
-def _finish(m: int, n: int, mc: int, nc: int, cores: int) -> int:
+def column_block_widths(n: int, nc: int, nr: int) -> list[int]:
+    """Columns of each of the ceil(n / nc) column blocks of a GEMM: B's slivers evened out over them, the first
+    ones a sliver wider where they do not divide (sgemm._define_item), the last ending at n."""
+    slivers, blocks = -(-n // nr), -(-n // nc)
+    per_block, extra = divmod(slivers, blocks)
+    widths = [(per_block + (block < extra)) * nr for block in range(blocks)]
+    widths[-1] -= slivers * nr - n
+    return widths
+
+
+def _finish(m: int, n: int, mc: int, nc: int, nr: int, cores: int) -> int:
     """Columns x rows the busiest of `cores` threads computes when the items (row block x column block, in
     order) go to whichever thread is free first, as the GEMM's threads take them."""
     loads = [0] * cores
     for rows in (min(mc, m - i) for i in range(0, m, mc)):
-        for columns in (min(nc, n - j) for j in range(0, n, nc)):
+        for columns in column_block_widths(n, nc, nr):
             loads[loads.index(min(loads))] += rows * columns
     return max(loads)
 
@@ -262,23 +272,22 @@ def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int, wide
     """`nc`, unless another column block (a multiple of nr, at least MIN_COLUMN_SLIVERS slivers, from half of
     `widest` (or nc when narrower) to `widest` columns when given, one item per core at least) lets the threads
     finish sooner by BALANCE_GAIN: then the widest block within BALANCE_GAIN of the soonest finish (a wider panel
-    is a longer run of each of B's rows). 512 columns are
-    21.3 slivers of 24: items of 6 slivers (144, 144, 144, 80) leave one of 2 threads 288 columns, two of
-    11 (264, 248) leave it 264. Measured, AVX2 (Zen 1, 2 vCPUs), 49x512x4608, one process alternating, 2 threads:
-    43.7 -> 47.7 GFLOP/s (haswell's model 40.8 -> 46.4), 1 thread 24.7 -> 25.1. A width whose last block is
-    under half as wide is not offered: every item reads all of A's rows, and 196x256x2304 in blocks of
-    (120, 120, 16) ran 0.88x numpy at 2 threads against 0.92x as (72, 72, 72, 40)."""
+    is a longer run of each of B's rows). 512 columns are 21.3 slivers of 24: four items (144, 144, 120, 104)
+    leave one of 2 threads 288 columns, two (264, 248) leave it 264. Measured, AVX2 (Zen 1, 2 vCPUs),
+    49x512x4608, one process alternating, 2 threads: 43.7 -> 47.7 GFLOP/s (haswell's model 40.8 -> 46.4), 1
+    thread 24.7 -> 25.1. Each count of blocks is offered once, at the narrowest nc that gives it (its widest
+    block)."""
     if cores <= 1:
         return nc
-    times = {nc: _finish(m, n, mc, nc, cores)}
+    times = {nc: _finish(m, n, mc, nc, nr, cores)}
     narrowest = max(MIN_COLUMN_SLIVERS, min(nc, widest // 2) // nr if widest else 0)
     for slivers in range(narrowest, -(-n // nr) + 1):
         width = slivers * nr
         if -(-m // mc) * -(-n // width) < cores or (widest and width > widest):
             break
-        if n - (-(-n // width) - 1) * width < width // 2:
-            continue   # a thin last block: its item reads all of A's rows again for few columns
-        times[width] = _finish(m, n, mc, width, cores)
+        if width > nr and -(-n // (width - nr)) == -(-n // width):
+            continue   # a narrower nc gives the same blocks
+        times[width] = _finish(m, n, mc, width, nr, cores)
     soonest = min(times.values())
     if times[nc] * BALANCE_GAIN <= soonest:
         return nc
