@@ -148,6 +148,18 @@ def test_b_is_copied_in_panels_when_it_outgrows_l2_else_slivers_when_its_rows_cr
         assert plan.copy_slivers == (copies and not large) and ("_copied_" in plan.symbol) == plan.copy_slivers
 
 
+@pytest.mark.parametrize("m, n, panels", [(1, 1000, False), (4, 1000, False), (5, 1000, True), (1, 1024, True),
+                                           (1, 4096, True)])
+def test_a_b_read_by_one_row_tile_is_not_copied_into_panels_unless_its_rows_crowd_one_l1_set(m, n, panels):
+    """A GEMV-like GEMM (M <= mr: one row tile reads each sliver once) reads a large B where it lies: copied into
+    panels it would be read twice and written once. Rows n * 4 bytes apart that crowd one L1 set (N = 1024,
+    4096) are still copied. Every product matches numpy at 1 and 2 threads."""
+    target_text = "llvm -mcpu=haswell -l1_cache=32K -l1_ways=8 -l2_cache=256K"   # B of 300 x 1000+ floats is large
+    plan = gemm_plan(m, n, 300, tk.target(target_text), {"tile": "4x24"}, "kn")
+    assert not plan.pack_b and plan.pack_panels == panels
+    _check(_build(m, n, 300, target_text, config={"tile": "4x24"})[0], m, n, 300)
+
+
 def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     """6x64 where two 512-bit FMA pipes need fewer loads per FMA (unless it pads N by more than a sixteenth),
     6x16 where one 512-bit FMA issues a cycle (ONE_FMA512_TILE_ROWS); A packed when it is more than half of L2."""
