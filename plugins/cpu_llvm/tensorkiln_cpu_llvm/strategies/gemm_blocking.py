@@ -192,8 +192,7 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
         # B streamed from memory into each item's panels, deeper ones (_panel_depth): a narrower panel is a
         # shorter run of each row of B; with A in L2, a panel in a quarter of L2 (PANEL_L2_SHARE)
         kc = max(kc, _panel_depth(tile, caches))
-        depth = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc)["kc"]
-        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (depth * 4)
+        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (_even(k, kc, 8) * 4)
         blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc, widest)
         if batch == 1:
             blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores, widest)
