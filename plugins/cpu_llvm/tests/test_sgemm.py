@@ -16,7 +16,7 @@ from tensorkiln import graph, te
 from tensorkiln.compiler.strategy import select
 from tensorkiln_cpu_llvm.host import cache_sizes, parse_size
 from tensorkiln_cpu_llvm.sgemm import GemmPlan, sgemm_source
-from tensorkiln_cpu_llvm.strategies.gemm_blocking import PACK_A_MIN_COLUMNS, gemm_plan, gemm_space, register_tiles
+from tensorkiln_cpu_llvm.strategies.gemm_blocking import gemm_plan, gemm_space, register_tiles
 from tensorkiln_cpu_llvm.ukernels import GemmTile
 
 RNG = np.random.default_rng(7)
@@ -162,7 +162,8 @@ def test_a_b_read_by_one_row_tile_is_not_copied_into_panels_unless_its_rows_crow
 
 def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     """6x64 where two 512-bit FMA pipes need fewer loads per FMA (unless it pads N by more than a sixteenth),
-    6x16 where one 512-bit FMA issues a cycle (ONE_FMA512_TILE_ROWS); A packed when it is more than half of L2."""
+    6x16 where one 512-bit FMA issues a cycle (ONE_FMA512_TILE_ROWS); A read in place by default (PACK_A), packed
+    when the config asks."""
     caches = "-l1_cache=48K -l2_cache=2M -l3_cache=32M"
     assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile == \
         GemmTile(6, 64, 16)
@@ -171,16 +172,14 @@ def test_register_tile_and_a_packing_follow_the_cpu_and_the_caches():
     assert gemm_plan(1024, 40, 1024, tk.target(f"llvm -mcpu=skylake-avx512 {caches}"), {}, "kn").tile.nr == 32
     assert gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu=haswell {caches}"), {}, "kn").tile == GemmTile(4, 24, 8)
     target = tk.target(f"llvm -mcpu=haswell {caches}")
-    assert gemm_plan(1024, 1024, 1024, target, {}, "kn").pack_a          # 4 MB of A
-    assert not gemm_plan(256, 1024, 256, target, {}, "kn").pack_a        # 256 KB: it stays in L2
-    # a single sliver of B reads each row tile once, and a narrow B's work does not repay the pass over A: A is
-    # read in place (its next row tile prefetched)
-    assert not gemm_plan(3136, 24, 256, target, {}, "kn").pack_a
-    assert not gemm_plan(3136, 256, 256, target, {}, "kn").pack_a
-    assert gemm_plan(3136, PACK_A_MIN_COLUMNS, 256, target, {}, "kn").pack_a
+    # A comes from L3 once per block and stays in L2 for every sliver, its next row tile prefetched: in place,
+    # whatever its size or B's width
+    for m, n, k in ((1024, 1024, 1024), (256, 1024, 256), (3136, 24, 256), (3136, 384, 256), (49, 512, 4608)):
+        assert not gemm_plan(m, n, k, target, {}, "kn").pack_a
+    assert gemm_plan(1024, 1024, 1024, target, {"pack_a": True}, "kn").pack_a
     with pytest.raises(ValueError, match="pack_a needs K > 0"):
         GemmPlan(tile=GemmTile(4, 24, 8), m=16, n=64, k=0, mc=16, nc=48, kc=8, pack_a=True)
-    assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {}, "kn").symbol
+    assert "_pa_" in gemm_plan(1024, 1024, 1024, target, {"pack_a": True}, "kn").symbol
 
 
 @pytest.mark.parametrize("m, n, half_width, full_width", [
@@ -247,8 +246,8 @@ def test_blocking_follows_the_caches_and_target_options():
 def test_a_b_read_in_place_keeps_its_sliver_in_l1_and_its_panel_in_l2():
     """A B read in place is read again by every row tile: its kc x nr sliver fills two thirds of L1 at most when it
     is copied into panels (_panel_depth; half when read where it lies), not the deeper block of a packed B. Copied
-    into panels with A in L2, each kc x nc panel takes a quarter of L2 at most (PANEL_L2_SHARE), at one thread and
-    at two; with A packed (from L3, read again per panel) the panels stay wide. Both plans match numpy."""
+    into panels, each kc x nc panel takes a quarter of L2 at most (PANEL_L2_SHARE), at one thread and at two, A
+    in L2 (64 x 1024) or beyond it (49 x 4608). Both plans match numpy."""
     from tensorkiln_cpu_llvm.strategies.gemm_blocking import PANEL_L2_SHARE
 
     l1, l2 = 32 * 1024, 1 << 20
@@ -260,8 +259,8 @@ def test_a_b_read_in_place_keeps_its_sliver_in_l1_and_its_panel_in_l2():
         assert packed.pack_b and packed.kc * packed.tile.nr * 4 > l1 // 2
         for plan in (narrow, wide):
             assert plan.pack_panels and l1 // 2 < plan.kc * plan.tile.nr * 4 <= l1 * 2 // 3
-        assert not narrow.pack_a and narrow.kc * max(narrow.nc, narrow.single_blocks[1]) * 4 <= l2 // PANEL_L2_SHARE
-        assert wide.pack_a and wide.kc * max(wide.nc, wide.single_blocks[1]) * 4 > l2 // PANEL_L2_SHARE
+        for plan in (narrow, wide):
+            assert not plan.pack_a and plan.kc * max(plan.nc, plan.single_blocks[1]) * 4 <= l2 // PANEL_L2_SHARE
     _check(_build(64, 4096, 1024, target_text)[0], 64, 4096, 1024)
 
 
@@ -342,10 +341,10 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
             assert short.row_blocks == 1
 
 
-def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
+def test_a_model_whose_a_outgrows_l2_reads_it_in_place_and_matches_numpy():
     """tk.compile of dense + bias + relu with A (600 x 1024 floats, 2.4 MB) beyond half of a 1 MB L2 and 400
-    outputs (at least PACK_A_MIN_COLUMNS): the strategy's default packs A, and the whole group matches numpy at 1
-    and 2 threads."""
+    outputs: the strategy's default reads A in place (PACK_A; its blocks come from L3 once each), and the whole
+    group matches numpy at 1 and 2 threads."""
     x = RNG.standard_normal((600, 1024), dtype=np.float32)
     w = RNG.standard_normal((400, 1024), dtype=np.float32)
     bias = RNG.standard_normal(400, dtype=np.float32)
@@ -354,7 +353,7 @@ def test_a_model_whose_a_outgrows_l2_packs_it_and_matches_numpy():
     # (the constant weight is transposed at compile time: the group runs as a matmul)
     (strategy,) = [s for s in lib.summary()["strategies"].values()
                    if s["strategy"] in ("cpu_llvm.dense_ukernel", "cpu_llvm.matmul_ukernel")]
-    assert strategy["config"]["pack_a"] is True
+    assert strategy["config"]["pack_a"] is False
     before = tk.runtime.get_num_threads()
     for threads in (1, 2):
         tk.runtime.set_num_threads(threads)
@@ -439,9 +438,9 @@ def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     """A GEMM copying panels of a B read in place splits N into column blocks for the threads; a call that finds
     itself on one thread takes the one-core column block (as wide as N while the panel fits L2) at run time,
     and both thread counts match numpy. A tuned record's own blocks are kept at every thread count."""
-    target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=512K"
+    target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=2M"   # a 208 x 528 panel is a fifth of L2
     plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")
-    assert plan.pack_panels and plan.nc == 144 and plan.single_blocks == (plan.mc, 528) and plan.pack_a
+    assert plan.pack_panels and plan.nc == 144 and plan.single_blocks == (plan.mc, 528)
     assert (plan.items, plan.single.items) == (4, 1) and plan.panel_floats == plan.kc * 528
     assert plan.symbol.endswith(f"_s{plan.mc}x528")
     module, _ = _build(49, 512, 2048, target_text)
@@ -449,8 +448,6 @@ def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     _check(module, 49, 512, 2048)
     tuned = gemm_plan(49, 512, 2048, tk.target(target_text), {"nc": 120}, "kn")
     assert tuned.nc == 120 and not tuned.splits_for_threads
-    # a panel wider than L2 is not taken: 128 x 3072 x 768 keeps its 768 columns (a 480 KB panel) alone too
-    assert not gemm_plan(128, 3072, 768, tk.target(target_text), {}, "kn").splits_for_threads
     # one core: nothing to choose
     assert not gemm_plan(49, 512, 2048, tk.target("llvm -mcpu=haswell -num_threads=1 -l2_cache=512K"), {},
                          "kn").splits_for_threads

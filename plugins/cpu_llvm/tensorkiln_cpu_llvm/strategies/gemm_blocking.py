@@ -18,10 +18,9 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
   of L2 and read by more than one row tile: copies_panels; else each sliver copied to the stack where its
   rows crowd an L1 set);
-- pack_a: copy A into row tiles (one stream per tile) when it is more than half of L2 and B is at
-  least PACK_A_MIN_COLUMNS wide;
+- pack_a: copy A into row tiles (one stream per tile): a knob for the tuner, off by default (PACK_A);
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3 (a copied panel of a B read in
-  place, with A in L2: PANEL_L2_SHARE of L2), then
+  place: PANEL_L2_SHARE of L2), then
   split until there are at least WORK_ITEMS_PER_CORE items per core (PANEL_ITEMS_PER_CORE when
   each item copies its panel of a B read in place from memory) to share out (counting
   the items of every GEMM of a batch, which share one parallel region); then the rows of a tall
@@ -190,9 +189,9 @@ def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
     blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores, kc)
     if copies_panels(m, n, k, tile, kc, caches) and not _packs_b(m, blocks["mc"]):
         # B streamed from memory into each item's panels, deeper ones (_panel_depth): a narrower panel is a
-        # shorter run of each row of B; with A in L2, a panel in a quarter of L2 (PANEL_L2_SHARE)
+        # shorter run of each row of B; a panel in a quarter of L2 (PANEL_L2_SHARE)
         kc = max(kc, _panel_depth(tile, caches))
-        widest = None if _packs_a(m, n, k, tile, target) else caches.l2 // PANEL_L2_SHARE // (_even(k, kc, 8) * 4)
+        widest = caches.l2 // PANEL_L2_SHARE // (_even(k, kc, 8) * 4)
         blocks = _blocks(m, n, k, tile, target, batch, PANEL_ITEMS_PER_CORE, cores, kc, widest)
         if batch == 1:
             blocks["nc"] = balanced_columns(m, n, blocks["mc"], blocks["nc"], tile.nr, cores, widest)
@@ -234,7 +233,7 @@ def _panel_depth(tile: GemmTile, caches) -> int:
 
 
 PANEL_L2_SHARE = 4
-"""With A in L2 (not packed), a panel of B (kc x nc, _pack_panel) takes at most this share of L2: every row tile
+"""With A read in place (PACK_A), a panel of B (kc x nc, _pack_panel) takes at most this share of L2: every row tile
 reads each of its slivers, and A's re-reading per panel is cheap from L2. Measured, Zen 4, AVX2, 1 core, one
 process alternating with numpy (kc 152-160), against panels as wide as the items allowed: 64x4096x1024 nc 1032
 0.89x, 528 0.91x, 408 0.93x, 336 0.96x, 264 0.93-0.94x; 128x3072x768 nc 768 0.91x, 528 0.95x, 408 0.97x, 336
@@ -339,7 +338,7 @@ def gemm_space(m: int, n: int, k: int, target, batch: int = 1) -> TuningSpace:
                         Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
                         Knob("tile", tiles, tiles[0]),
                         Knob("pack_b", (True, False), _packs_b(m, default["mc"])),
-                        Knob("pack_a", (True, False), _packs_a(m, n, k, tile, target))))
+                        Knob("pack_a", (True, False), PACK_A)))
 
 
 PACK_ABOVE_ROWS = 64
@@ -357,30 +356,18 @@ def _packs_b(m: int, mc: int) -> bool:
     return m > PACK_ABOVE_ROWS and -(-m // mc) > 1
 
 
-PACK_A_MIN_COLUMNS = 384
-"""Columns of B (N) from which packing A pays (_packs_a). The copy is one pass over A, written to memory and read
-back, paid once per float of A, while the float's work is 2N flops: at N = 256 the pass costs about a tenth of the
-GEMM's time at 100 GFLOP/s. Measured, Zen 4, one process alternating, A in place against packed, GFLOP/s: 1 core,
-196x256x2304 AVX2 (6x16) 97.9 against 90.7, AVX-512 (7x32) 94.0 against 88.7; 2 cores even (150.1 / 150.9,
-171.6 / 169.2). At N = 512, 49x512x4608 at 2 cores ran 106.8 against 123.1 (AVX2) and 142.0 against 161.8
-(AVX-512), at 1 core even (72.1 / 73.2, 73.9 / 71.0). At N >= 768 (1024^3, 1000^3, 960^3, 1024x1000x2048,
-3072x768x768) the two were within 4% of each other at 1 core, either way, and packing is kept for the
-measurements of Sapphire Rapids (_packs_a)."""
-
-
-def _packs_a(m: int, n: int, k: int, tile: GemmTile, target) -> bool:
-    """Pack A into row tiles (one extra pass over A, sgemm.py) when A is more than half of L2 and B is at least
-    PACK_A_MIN_COLUMNS wide (and wider than the register tile): for a narrower B the copy costs more than it saves
-    (with a single sliver each row tile is read once), and the micro-kernel prefetches the next row tile in place
-    anyway (ukernels.next_tile_rows). Measured, 1 core, 3136x256x64 (a 1x1 conv's GEMM, 6x64 tile): 0.64x numpy
-    packed, 0.95x in place. An A that stays in L2 is read from there by every sliver wherever its rows lie; a larger
-    one comes from L3 a row tile at a time, mr rows a page or more apart each (TLB misses, no streaming prefetch),
-    and packed it is one stream. Measured, 1 core, packed against in place, before the micro-kernel prefetched the
-    next row tile: Sapphire Rapids (KVM, L2 2 MB) AVX-512 1024^3 0.59 -> 0.80x numpy (8x32) and 0.73 -> 0.90x
-    (6x64), 1024x1000x2048 0.57 -> 0.80x, 196x256x2304 0.93 -> 1.05x; AVX2 1024^3 0.77 -> 0.82x, 1000^3 0.86 ->
-    0.91x; smaller A lose: AVX2 256^3 0.96 -> 0.90x, 96x96x1024 1.00 -> 0.94x. With that prefetch, Zen 4 (L2 1 MB)
-    measured the two within 4% at 1 core for N >= 768 (PACK_A_MIN_COLUMNS)."""
-    return m * k * 4 > cache_sizes(target).l2 // 2 and n > tile.nr and n >= PACK_A_MIN_COLUMNS
+PACK_A = False
+"""The pack_a knob's default: A is read where it lies, not copied into row tiles first (sgemm.py); the tuner may
+still pack it. The micro-kernel prefetches the next row tile in place (ukernels.next_tile_rows), and an mc x kc block
+of A comes from L3 once and stays in L2 for every sliver; packed, A costs one more pass, written to memory and read
+back. Measured, Zen 4 (L2 1 MB), two processes alternating (3 rounds at 1024x1000x2048, 2 elsewhere), against
+numpy, packed -> in place: AVX2 at 2 threads 1024x1000x2048 0.94-0.95 -> 0.96-0.97x, 1024^3 0.96-0.97 ->
+0.96-1.00x, 3072x768x768 0.93-0.97 -> 0.97-1.00x, 960^3 and 1000^3 even (0.97-0.99x), 49x512x4608 1.01-1.08 ->
+1.04x; at 1 thread 1024x1000x2048 0.96 -> 0.98x, 1024^3 and 3072x768x768 even (0.97-1.02x); AVX-512 at 2 threads
+1024x1000x2048 0.99-1.00 -> 1.02-1.04x, 49x512x4608 1.09-1.13 -> 1.16-1.28x, 1024^3 even; at 1 thread 1024^3
+1.01-1.03 -> 1.06-1.09x, 3072x768x768 1.02-1.03 -> 1.06-1.08x, 1024x1000x2048 0.99-1.00 -> 1.03x. Packing had
+won on Sapphire Rapids (KVM, L2 2 MB) before the micro-kernel prefetched the next row tile (AVX-512 1024^3 0.59 ->
+0.80x numpy, AVX2 1000^3 0.86 -> 0.91x): that host has not been measured since."""
 
 
 def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1) -> GemmPlan:
@@ -391,7 +378,7 @@ def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int 
     nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
     pack_b = bool(config.get("pack_b", _packs_b(m, mc))) or b_layout != "kn"
     kc = int(config.get("kc", default["kc"]))
-    pack_a = bool(config.get("pack_a", _packs_a(m, n, k, tile, target))) and k > 0
+    pack_a = bool(config.get("pack_a", PACK_A)) and k > 0
     pack_panels = not pack_b and copies_panels(m, n, k, tile, kc, cache_sizes(target))
     return GemmPlan(tile=tile, m=m, n=n, k=k, mc=mc, nc=nc, kc=kc, b_layout=b_layout, pack_b=pack_b,
                     pack_panels=pack_panels,
@@ -409,7 +396,7 @@ def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch:
     Split for several threads, each panel is a shorter run of each of B's rows, which comes from memory. Measured,
     Zen 1 (2 vCPUs), 1 thread, one process alternating both plans: 49x512x4608 -mcpu=haswell (4x24, nc 264 ->
     528) 1.04-1.05x faster, native (4x16, 128 -> 512) 1.02-1.08x, 64x768x3072 (192 -> 768) 1.02-1.05x;
-    196x256x2304, 197x768x3072, 64x256x1024 and 49x2048x512 even within the noise. Without the L2 cap,
+    196x256x2304, 197x768x3072, 64x256x1024 and 49x2048x512 even within the noise. Without a cap on the panel,
     128x3072x768 (768 -> 3072 columns, a 1.9 MB panel) ran 0.96x. Not for packed B: 1024^3, 1000^3 and
     3072x768x768 ran 0.96-0.98x as fast with the one-core row and column blocks (344 x 1032 for 256 x 264 at
     1024^3). `default`: the blocks of the target's cores (_defaults)."""
@@ -419,10 +406,8 @@ def _single_panel_columns(m: int, n: int, k: int, tile: GemmTile, target, batch:
     single = _defaults(m, n, k, tile, target, batch, cores=1)
     if (single["mc"], single["kc"]) != (default["mc"], default["kc"]):
         return 0
-    # the panel is read again by every row tile of the block: it stays in L2
-    fits = max(tile.nr, cache_sizes(target).l2 // (default["kc"] * 4) // tile.nr * tile.nr)
-    nc = _even(_round_up(n, tile.nr), min(single["nc"], fits), tile.nr)
-    return nc if nc > default["nc"] else 0
+    # (the one-core panel, like every panel, stays in PANEL_L2_SHARE of L2: _defaults)
+    return single["nc"] if single["nc"] > default["nc"] else 0
 
 
 def packs_panels(n: int, k: int, caches) -> bool:
