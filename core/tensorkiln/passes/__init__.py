@@ -17,6 +17,7 @@ from .fold_constants import fold_constants
 from .fold_scale_axis import fold_scale_axis
 from .fuse_ops import fuse_ops, group_each_op
 from .simplify_inference import simplify_inference
+from .sink_reshapes import sink_reshapes
 from .mixed_precision import MixedPrecisionPolicy, to_mixed_precision  # noqa: F401  (registers the pass)
 from .fold_qdq import fold_qdq
 from .assign_fixed_point import assign_fixed_point_pass  # noqa: F401  (registers the pass; the compiler runs it after fusion)
@@ -30,6 +31,9 @@ from .assign_fixed_point import assign_fixed_point_pass  # noqa: F401  (register
 # - eliminate_dead_code after folding (folded split/tuple fields leave TupleGetItem chains),
 #   then eliminate_common_subexpr: constants are canonical values by then, so equal
 #   subgraphs built from equal weights merge.
+# - sink_reshapes then: squeeze/expand_dims/reshape move below the elementwise ops that read
+#   them and cancel, so each elementwise chain follows its anchor (conv2d, matmul) directly
+#   and fuses into it, and alter_layout sees conv chains unbroken.
 # - alter_layout (opt level 2, target-aware) near the end: it sees the final op mix and
 #   inserts transforms only at region boundaries; cancel_layout_transforms then merges
 #   chains, and fold_constants folds transforms of constant weights.
@@ -41,6 +45,7 @@ GRAPH_PIPELINE: tuple[str, ...] = (
     "fold_scale_axis",
     "eliminate_dead_code",
     "eliminate_common_subexpr",
+    "sink_reshapes",
     "to_mixed_precision",   # only when PassContext(config={"to_mixed_precision": {"dtype": ...}}) asks
     "alter_layout",
     "cancel_layout_transforms",
@@ -52,4 +57,5 @@ __all__ = [
     "SkippedPass", "VerifyInstrument", "current_pass_context", "get_pass", "register_pass",
     "registered_passes", "fuse_ops", "group_each_op", "GRAPH_PIPELINE", "alter_layout", "cancel_layout_transforms",
     "eliminate_common_subexpr", "eliminate_dead_code", "fold_constants", "fold_qdq", "fold_scale_axis", "simplify_inference",
+    "sink_reshapes",
 ]
