@@ -16,6 +16,7 @@ import pytest
 import tensorkiln as tk
 from tensorkiln import graph
 from tensorkiln.compiler.memory_plan import plan_memory
+from tensorkiln.passes import PassContext
 from tensorkiln.runtime.plan import ExecutionPlan, KernelStep, ValueInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
@@ -23,6 +24,9 @@ import real_graphs  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
 from _graphs import assert_same_bits, conv3x3, conv3x3_weight, np_conv3x3  # noqa: E402
+
+KEEP_VIEWS = PassContext(disabled={"sink_reshapes"})
+"""Compiles the chains of views below as written: sink_reshapes would merge or cancel them (tests/passes)."""
 
 RNG = np.random.default_rng(11)
 VIEW_OPS = {"reshape", "squeeze", "expand_dims", "copy"}
@@ -98,7 +102,7 @@ def test_a_chain_of_alias_steps_shares_one_storage():
     x = graph.var("x", shape=(1, 4, 8, 8))
     flat = graph.reshape(conv3x3(x, w1), (1, 4, 64))
     lib = tk.compile(graph.Module.from_expr(graph.tuple_(conv3x3(graph.reshape(flat, (1, 4, 8, 8)), w2),
-                                                         graph.expand_dims(flat, 0))), "cpu_llvm")
+                                                         graph.expand_dims(flat, 0))), "cpu_llvm", context=KEEP_VIEWS)
     chained = [v for v in lib.plan.values if v.alias_of >= 0 and lib.plan.values[v.alias_of].alias_of >= 0]
     assert chained, lib.plan.aliases
     _root_intervals_are_disjoint(lib.plan)
@@ -118,7 +122,7 @@ def test_an_alias_of_a_model_input_reads_the_input(shape):
     flat = graph.reshape(x, (4, shape[2] * shape[3]))
     conv = conv3x3(graph.reshape(graph.expand_dims(flat, 0), shape), weight)
     for outputs, in_place in (((conv,), True), ((conv, flat), False)):
-        lib = tk.compile(graph.Module.from_expr(graph.tuple_(*outputs)), "cpu_llvm")
+        lib = tk.compile(graph.Module.from_expr(graph.tuple_(*outputs)), "cpu_llvm", context=KEEP_VIEWS)
         assert any(lib.plan.values[a.input].kind == "input" for a in lib.plan.aliases)
         assert all(lib.plan.values[a.output].storage == -1 for a in lib.plan.aliases)
         assert lib.executor._inputs_in_place == in_place
@@ -253,10 +257,11 @@ def test_a_plan_with_aliases_round_trips_through_json_and_the_deploy_runtime(tmp
 
 
 def test_tcn_elides_its_expand_dims_and_squeeze_copies():
-    """The TCN's conv1d are expand_dims -> conv2d -> squeeze: every such copy group is elided."""
+    """The TCN's conv1d are expand_dims -> conv2d -> squeeze: every such copy group is elided (sink_reshapes, which
+    cancels most of them first, kept out)."""
     name, model, feeds = real_graphs.build("tcn")
-    lib = tk.compile(model, "cpu_llvm")
-    copied = tk.compile(model, "cpu_llvm", zero_copy_reshape=False)
+    lib = tk.compile(model, "cpu_llvm", context=KEEP_VIEWS)
+    copied = tk.compile(model, "cpu_llvm", zero_copy_reshape=False, context=KEEP_VIEWS)
     copy_steps = [s for s in copied.plan.steps if set(s.ops) <= VIEW_OPS]
     assert copy_steps
     assert lib.summary()["alias_steps"] == len(copy_steps)
