@@ -100,9 +100,11 @@ def _erf_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
 # exp(x) = 2^n * e^r with n = round(x / ln 2), r = x - n ln 2 (ln 2 in two parts, Cephes' expf), e^r
 # by Cephes' degree-7 polynomial, and 2^n applied as two exact power-of-two factors 2^(n//2) and
 # 2^(n - n//2), so that results past FLT_MAX become inf and those below the normal range
-# gradually underflow to denormals and zero, as libm's do. x is clamped to [-104, 89] first (e^x
-# is 0 or inf in float32 beyond). Checked against float64 exp on 5e6 points of [-110, 95]: at most
+# gradually underflow to denormals and zero, as libm's do. x is clamped to 89 first (e^x is inf in
+# float32 beyond) and is 0 below -104. Checked against float64 exp on 5e6 points of [-110, 95]: at most
 # 0.98 ulp for normal results, denormals within 1.1e-45.
+_EXP_ZERO_BELOW = -104.0
+"""e^x rounds to +0 in float32 below this (e^-104 is 0.97 of 2^-150, under half the least denormal)."""
 _EXP_POLYNOMIAL = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1,
                    5.0000001201e-1)
 
@@ -113,8 +115,10 @@ def _exp_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
 
     def fmuladd(a, b, c):
         return _llvm_intrinsic(builder, "llvm.fmuladd", [a, b, c])
-    clamped = _llvm_intrinsic(builder, "llvm.minnum", [_llvm_intrinsic(builder, "llvm.maxnum", [x, splat(-104.0)]),
-                                                      splat(89.0)])
+    # lanes below -104 (exactly 0) compute e^0 instead: their 2^n scaling would underflow, and an underflowing
+    # multiply takes a microcode assist per vector (a causal mask's -1e9 in a softmax)
+    vanishes = builder.fcmp_ordered("<", x, splat(_EXP_ZERO_BELOW))
+    clamped = _llvm_intrinsic(builder, "llvm.minnum", [builder.select(vanishes, splat(0.0), x), splat(89.0)])
     n = _llvm_intrinsic(builder, "llvm.roundeven", [builder.fmul(clamped, splat(1.44269504088896341))])
     r = fmuladd(n, splat(-0.693359375), clamped)
     r = fmuladd(n, splat(2.12194440e-4), r)
@@ -132,8 +136,8 @@ def _exp_f32(builder: ir.IRBuilder, dtype: str, x: ir.Value) -> ir.Value:
     half = builder.ashr(exponent, int_splat(1))
     scales = [builder.bitcast(builder.shl(builder.add(e, int_splat(127)), int_splat(23)), y.type)
               for e in (half, builder.sub(exponent, half))]
-    result = builder.fmul(builder.fmul(y, scales[0]), scales[1])
-    # maxnum/minnum drop a NaN operand: put the NaN back
+    result = builder.select(vanishes, splat(0.0), builder.fmul(builder.fmul(y, scales[0]), scales[1]))
+    # minnum drops a NaN operand: put the NaN back
     return builder.select(builder.fcmp_unordered("uno", x, x), x, result)
 
 

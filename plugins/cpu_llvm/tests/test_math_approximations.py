@@ -26,8 +26,9 @@ def _erf_kernel(n: int, vector: bool, dtype: str = "float32"):
 
 @pytest.mark.parametrize("vector", [False, True])
 def test_exp_within_one_ulp_with_inf_nan_and_gradual_underflow(vector):
-    x = np.concatenate([np.linspace(-110, 95, 400_001), [0.0, -0.0, 88.72, 88.73, -87.5, -103.9, np.inf, -np.inf,
-                                                          np.nan]]).astype(np.float32)
+    # (-1e9: a causal mask's entries, which vanish without computing an underflowing 2^n)
+    x = np.concatenate([np.linspace(-110, 95, 400_001), [0.0, -0.0, 88.72, 88.73, -87.5, -103.9, -104.0, -104.1, -1e9,
+                                                          np.inf, -np.inf, np.nan]]).astype(np.float32)
     out = np.full_like(x, 7.0)
     _kernel(te.exp, x.size, vector)(x, out)
     with np.errstate(over="ignore"):
