@@ -128,6 +128,12 @@ class _ExecutionState:
                                          f"(kernel {step.kernel}); onnxruntime refuses it too")
 
 
+@functools.cache
+def _cpu_count() -> int:
+    """os.cpu_count(), read once: it reads sysfs on every call (6 us), and overlap_width asks on every run."""
+    return os.cpu_count() or 1
+
+
 def _has_thread_setting(compiled, target: str) -> bool:
     """Whether `target`'s loaded module has a thread setting (native modules with parallel loops)."""
     return callable(getattr(compiled.loaded_module(target), "get_num_threads", None))
@@ -359,7 +365,7 @@ class GraphExecutor:
         more cores than one kernel uses comes from a module's `-num_threads` target option."""
         from ..sdk.native import get_num_threads
 
-        cores = os.cpu_count() or 1
+        cores = _cpu_count()
         budget = get_num_threads()
         if budget:
             cores = min(cores, budget)
@@ -375,7 +381,7 @@ class GraphExecutor:
             if self._step_pool is None:
                 from concurrent.futures import ThreadPoolExecutor
                 width = max(len(level) for level in self.plan.concurrent_levels)
-                self._step_pool = ThreadPoolExecutor(max_workers=min(width, os.cpu_count() or 1),
+                self._step_pool = ThreadPoolExecutor(max_workers=min(width, _cpu_count()),
                                                      thread_name_prefix="tensorkiln-step")
             return self._step_pool
 
