@@ -434,6 +434,20 @@ def test_panel_columns_are_split_for_the_threads_to_finish_together():
     assert balanced_columns(64, 4096, 64, 384, 24, 2, widest=431) == 360   # 12 blocks of 328-360, not 11 of 384
 
 
+@pytest.mark.parametrize("kc, tile, lines", [(256, "4x16", 257), (128, "4x24", 193), (208, "4x24", 312)])
+def test_panel_slivers_do_not_lie_a_multiple_of_1_kb_apart(kc, tile, lines):
+    """A panel's slivers lie kc x nr floats apart, a line (16 floats) more where that is a multiple of 16 lines,
+    so the copy's writes of one row into every sliver spread over the L1 sets: 256 x 16 floats (256 lines,
+    4 KB multiples) are 257 lines apart, 128 x 24 (192 lines) 193, 208 x 24 stays at 312. The product matches
+    numpy at 1 and 2 threads."""
+    target_text = "llvm -mcpu=haswell -l2_cache=1M"   # B of 256 x 1024 floats is copied in panels
+    config = {"tile": tile, "kc": kc}
+    plan = gemm_plan(64, 1024, 256, tk.target(target_text), config, "kn")
+    assert plan.pack_panels and plan.panel_sliver_floats == 16 * lines
+    assert plan.panel_floats == plan.panel_sliver_floats * max(plan.nc, plan.single_blocks[1]) // plan.tile.nr
+    _check(_build(64, 1024, 256, target_text, config=config)[0], 64, 1024, 256)
+
+
 def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     """A GEMM copying panels of a B read in place splits N into column blocks for the threads; a call that finds
     itself on one thread takes the one-core column block (as wide as N while the panel fits L2) at run time,
@@ -441,7 +455,7 @@ def test_one_thread_takes_the_whole_row_of_panels_it_would_split_for_two():
     target_text = "llvm -mcpu=haswell -num_threads=2 -l2_cache=2M"   # a 208 x 528 panel is a fifth of L2
     plan = gemm_plan(49, 512, 2048, tk.target(target_text), {}, "kn")
     assert plan.pack_panels and plan.nc == 144 and plan.single_blocks == (plan.mc, 528)
-    assert (plan.items, plan.single.items) == (4, 1) and plan.panel_floats == plan.kc * 528
+    assert (plan.items, plan.single.items) == (4, 1) and plan.panel_floats == plan.panel_sliver_floats * 528 // 24
     assert plan.symbol.endswith(f"_s{plan.mc}x528")
     module, _ = _build(49, 512, 2048, target_text)
     assert plan.symbol in module.get_source("ll")
