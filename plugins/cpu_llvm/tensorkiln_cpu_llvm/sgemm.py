@@ -178,8 +178,10 @@ class GemmPlan:
         a multiple of 4 KB apart (kc x nr = 256 x 16 floats) put all those lines into one L1 set, which holds 8,
         and every store missed. Measured, Zen 4, 1 core, two processes alternating, GFLOP/s: AVX-512 (6x16, kc
         256) 64x1024x256 (a GPT block's MLP) 93.7-94.0 -> 96.6-96.9, 64x256x1024 90.7-92.8 -> 97.0-97.3; at 2
-        cores 64x1024x256 126-135 -> 136-142; AVX2 (4x24, kc 128) 64x1024x256 86.1-90.5 -> 93.6-94.7. A line
-        more for every sliver (an odd count of lines) made AVX2 64x256x1024 (312 lines) 2% slower."""
+        cores 64x1024x256 126-135 -> 136-142; AVX2 (4x24, kc 128) 64x1024x256 86.1-90.5 -> 93.6-94.7. Other
+        strides keep their layout: a line more for every sliver measured 2% slower on AVX2 64x256x1024 (312 lines),
+        but the same A/B gave identical code a 2% spread too, so that is noise, and the rule pads only where the
+        stores provably share sets."""
         lines = -(-self.kc * self.tile.nr // 16)
         return (lines + (lines % 16 == 0)) * 16
 
