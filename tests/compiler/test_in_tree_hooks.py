@@ -84,14 +84,17 @@ def test_opencl_supported_ops_predicate_sends_a_long_topk_to_the_cpu_with_its_re
             assert step["fallback_reason"].startswith("predicate:serial_on_one_work_item")
 
 
-@pytest.mark.parametrize("rows, expect_matmul", [(64, True), (1, False)])
-def test_cpu_llvm_pass_rewrites_only_micro_kernel_sized_dense(rows, expect_matmul):
+@pytest.mark.parametrize("rows, expected_op", [(64, "nn.dense_pack"), (1, "nn.dense")])
+def test_cpu_llvm_pass_rewrites_only_micro_kernel_sized_dense(rows, expected_op):
+    """A micro-kernel-sized dense with a constant weight runs with the weight packed at compile time
+    (transposed to a matmul, then packed: nn.dense_pack); a one-row dense stays nn.dense (dense_split)."""
     rng = np.random.default_rng(rows)
     weight = rng.standard_normal((128, 96)).astype("float32")
     x = graph.var("x", shape=(rows, 96))
     lib = tk.compile(Module.from_expr(graph.nn.dense(x, graph.const(weight))), target="cpu_llvm")
     ops = [op for row in lib.placement() for op in row["ops"]]
-    assert ("nn.matmul" in ops) is expect_matmul and ("nn.dense" in ops) is not expect_matmul
+    assert [op for op in ops if op.startswith("nn.")] == [expected_op]
     data = rng.standard_normal((rows, 96)).astype("float32")
     np.testing.assert_allclose(lib(data), data @ weight.T, rtol=1e-4, atol=1e-4)
-    assert "cpu_llvm_transpose_dense_weights" not in lib.summary()["skipped_passes"]
+    assert {"cpu_llvm_transpose_dense_weights", "cpu_llvm_pack_dense_weights"}.isdisjoint(
+        lib.summary()["skipped_passes"])

@@ -176,6 +176,15 @@ def _dense(rng, size):
             for x, w in specs]
 
 
+def _dense_pack(rng, size):
+    """A weight packed by graph.pack_dense_weight: whole blocks, and a last block padded past N."""
+    from tensorkiln.graph import pack_dense_weight
+    specs = [((3, 5), 8, 4), ((2, 3, 5), 7, 4)] if size == "tiny" else [((64, 128), 100, 16)]
+    return [Case([_uniform(rng, x, -1, 1), pack_dense_weight(_uniform(rng, (n, x[-1]), -1, 1), block)],
+                 nn.DensePackAttrs(units=n), label=str((x, n, block)), atol=1e-4)
+            for x, n, block in specs]
+
+
 def _matmul(rng, size):
     specs = [((3, 5), (5, 4)), ((2, 3, 5), (5, 2)), ((5,), (2, 5, 3)), ((2, 1, 3, 4), (3, 4, 2)), ((4,), (4,))] \
         if size == "tiny" else [((64, 128), (128, 96)), ((4, 32, 48), (4, 48, 40))]
@@ -330,7 +339,7 @@ CASES: dict[str, Callable] = {
     **{name: _reduce for name in ("sum", "mean", "max", "min", "prod")},
     "argmax": _argreduce, "argmin": _argreduce,
     "nn.conv2d": _conv2d, "nn.conv2d_transpose": _conv2d_transpose, "nn.conv2d_winograd": _conv2d_winograd,
-    "nn.dense": _dense, "nn.matmul": _matmul,
+    "nn.dense": _dense, "nn.matmul": _matmul, "nn.dense_pack": _dense_pack,
     "nn.batch_norm": _batch_norm, "nn.bias_add": _bias_add, "nn.layer_norm": _layer_norm, "nn.lrn": _lrn,
     "nn.softmax": _softmax, "nn.log_softmax": _softmax,
     "nn.max_pool2d": _max_pool, "nn.avg_pool2d": _avg_pool,

@@ -251,6 +251,12 @@ _register("nn.dense", NUMERIC, _fixed(shapes=((("x", (2, 5), "small"), ("weight"
 _register("nn.matmul", NUMERIC, _fixed(shapes=((("a", (2, 3), "small"), ("b", (3, 4), "small")),
                                                (("a", (2, 2, 3), "small"), ("b", (2, 3, 4), "small")),
                                                (("a", (5, 1), "small"), ("b", (1, 6), "small")))))
+# a packed weight (N / n, K, n) with its units: whole blocks, a padded last block, a block of one
+_register("nn.dense_pack", FLOAT, _fixed(
+    shapes=((("x", (2, 5), "small"), ("weight", (2, 5, 4), "small")),
+            (("x", (3, 8), "small"), ("weight", (3, 8, 8), "small")),
+            (("x", (2, 3, 6), "small"), ("weight", (5, 6, 1), "small"))),
+    variants=({"units": 8}, {"units": 21}, {"units": 5})))
 _register("nn.conv2d", FLOAT, _fixed(
     shapes=((("x", (1, 3, 6, 6), "any"), ("weight", (4, 3, 3, 3), "any")),
             (("x", (1, 2, 7, 7), "any"), ("weight", (3, 2, 3, 3), "any")),

@@ -9,7 +9,7 @@ from .builder import __all__ as _builder_names
 from .expr import Call, Constant, Expr, Function, Module, Tuple, TupleGetItem, Var, owned_constant
 from .interpreter import evaluate, evaluate_call
 from .ops.layout import layout_index, parse_layout, primal_sizes, transform_layout
-from .ops.nn import blocked_kernel_layout, data_layout_block, is_blocked_kernel_layout
+from .ops.nn import blocked_kernel_layout, data_layout_block, is_blocked_kernel_layout, pack_dense_weight
 from .ops.winograd import WINOGRAD_TILES, winograd_matrices, winograd_tiles, winograd_weight_transform
 from .printer import print_expr, print_module
 from .registry import Op, OpPattern, get_op, list_ops, register_op, set_compute
@@ -30,7 +30,7 @@ __all__ = [
     "Op", "OpPattern", "register_op", "get_op", "list_ops", "set_compute",
     "post_order", "topological_order", "free_vars", "rewrite", "operands", "count_users", "with_operands",
     "verify_module", "parse_layout", "transform_layout", "layout_index", "is_blocked_kernel_layout",
-    "data_layout_block", "blocked_kernel_layout", "primal_sizes",
+    "data_layout_block", "blocked_kernel_layout", "primal_sizes", "pack_dense_weight",
     "WINOGRAD_TILES", "winograd_matrices", "winograd_tiles", "winograd_weight_transform",
     "evaluate", "evaluate_call", "infer_type", "print_expr", "print_module",
     "structural_equal", "structural_hash", "assert_structural_equal", "nn",

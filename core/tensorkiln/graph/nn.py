@@ -6,7 +6,7 @@ from typing import Sequence
 from .builder import call
 from .expr import Expr
 
-__all__ = ["conv2d", "conv2d_transpose", "dense", "matmul", "batch_norm", "bias_add", "layer_norm", "relu",
+__all__ = ["conv2d", "conv2d_transpose", "dense", "dense_pack", "matmul", "batch_norm", "bias_add", "layer_norm", "relu",
            "leaky_relu", "prelu", "elu", "selu", "gelu", "softplus", "hard_sigmoid", "softmax", "log_softmax",
            "max_pool2d", "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "lrn", "pad"]
 
@@ -41,6 +41,11 @@ def conv2d_transpose(data: Expr, weight: Expr, strides=(1, 1), padding=(0, 0, 0,
 def dense(data: Expr, weight: Expr) -> Expr:
     """data (..., K) x weight (N, K) -> (..., N)."""
     return call("nn.dense", data, weight)
+
+
+def dense_pack(data: Expr, weight: Expr, units: int) -> Expr:
+    """nn.dense with a packed weight[N / n, K, n] (graph.pack_dense_weight); `units` is N."""
+    return call("nn.dense_pack", data, weight, units=units)
 
 
 def matmul(lhs: Expr, rhs: Expr) -> Expr:

@@ -41,7 +41,7 @@ def _computes() -> dict[str, Callable]:
         "layout_transform": transform.layout_transform,
         "nn.conv2d": conv2d_nchwc.conv2d, "nn.conv2d_transpose": conv2d.conv2d_transpose,
         "nn.conv2d_winograd": winograd.conv2d_winograd,
-        "nn.dense": dense.dense_compute, "nn.matmul": dense.matmul_compute,
+        "nn.dense": dense.dense_compute, "nn.matmul": dense.matmul_compute, "nn.dense_pack": dense.dense_pack_compute,
         "nn.max_pool2d": pooling.max_pool2d, "nn.avg_pool2d": pooling.avg_pool2d,
         "nn.global_max_pool2d": pooling.global_max_pool, "nn.global_avg_pool2d": pooling.global_avg_pool,
         "nn.softmax": softmax.softmax, "nn.log_softmax": softmax.log_softmax,

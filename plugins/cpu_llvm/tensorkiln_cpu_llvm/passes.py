@@ -9,6 +9,9 @@ Batch-1 dense keeps W[N, K]: its split reduction streams the rows of W (strategi
 `cpu_llvm_conv1x1_as_matmul`, `cpu_llvm_flatten_matmul`: 1x1 convs and matmuls of higher rank as
 2-D or batched GEMMs for the micro-kernel, between free reshapes (gemm_rewrites.py).
 
+`cpu_llvm_pack_dense_weights`: those GEMMs (2-D matmul and dense the micro-kernel runs) with a constant weight
+become nn.dense_pack, the weight packed once here into the micro-kernel's nr-wide slivers (weight_packing.py).
+
 `cpu_llvm_winograd`: 3x3 stride-1 NHWC convs with constant weights become nn.conv2d_winograd,
 their weights transformed once here (winograd_weights.py; `-winograd=off` keeps them direct).
 
@@ -45,10 +48,12 @@ def transpose_dense_weights(mod: Module, target=None) -> Module:
 
 register_pass("cpu_llvm_conv1x1_as_matmul", opt_level=2)(gemm_rewrites.conv1x1_as_matmul)
 register_pass("cpu_llvm_flatten_matmul", opt_level=2)(gemm_rewrites.flatten_matmul)
+register_pass("cpu_llvm_pack_dense_weights", opt_level=2)(weight_packing.pack_dense_weights)
 register_pass("cpu_llvm_winograd", opt_level=2)(winograd_weights.convert_to_winograd)
 register_pass("cpu_llvm_pack_conv_weights", opt_level=2)(weight_packing.pack_conv_weights)
 
 
 PASSES = (get_pass("cpu_llvm_transpose_dense_weights"), get_pass("cpu_llvm_conv1x1_as_matmul"),
-          get_pass("cpu_llvm_flatten_matmul"), get_pass("cpu_llvm_winograd"), get_pass("cpu_llvm_pack_conv_weights"))
+          get_pass("cpu_llvm_flatten_matmul"), get_pass("cpu_llvm_pack_dense_weights"), get_pass("cpu_llvm_winograd"),
+          get_pass("cpu_llvm_pack_conv_weights"))
 """The registered Pass objects, in the order they run."""

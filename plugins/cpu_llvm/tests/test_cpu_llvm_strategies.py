@@ -54,23 +54,24 @@ def test_dense_bias_relu_runs_on_the_micro_kernel():
     np.testing.assert_allclose(lib(x=x, w=w), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
-def test_dense_with_constant_weights_runs_on_the_micro_kernel_as_a_matmul():
-    """cpu_llvm's graph pass stores the constant weight transposed, so the group is a matmul."""
+def test_dense_with_constant_weights_runs_on_the_micro_kernel_with_the_weight_packed():
+    """cpu_llvm's graph passes store the constant weight transposed (a matmul), then packed in the micro-kernel's
+    slivers, so the group is an nn.dense_pack (test_dense_pack.py)."""
     x, w, b = _random(64, 128), _random(256, 128), _random(256)
     model = graph.nn.relu(graph.nn.bias_add(graph.nn.dense(graph.var("x", shape=(64, 128)), graph.const(w)),
                                             graph.const(b)))
     lib = tk.compile(model, "llvm")
     strategy = _only(lib)
-    assert strategy["strategy"] == "cpu_llvm.matmul_ukernel"
-    assert strategy["ops"] == ["nn.matmul", "nn.bias_add", "nn.relu"]
+    assert strategy["strategy"] == "cpu_llvm.dense_pack_ukernel"
+    assert strategy["ops"] == ["nn.dense_pack", "nn.bias_add", "nn.relu"]
     np.testing.assert_allclose(lib(x), np.maximum(x @ w.T + b, 0), rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_runs_on_the_micro_kernel():
     x, w = _random(48, 96), _random(96, 64)
-    lib = tk.compile(graph.nn.matmul(graph.var("x", shape=(48, 96)), graph.const(w)), "llvm")
+    lib = tk.compile(graph.nn.matmul(graph.var("x", shape=(48, 96)), graph.var("w", shape=(96, 64))), "llvm")
     assert _only(lib)["strategy"] == "cpu_llvm.matmul_ukernel"
-    np.testing.assert_allclose(lib(x), x @ w, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(lib(x, w), x @ w, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("shape", [(2, 3, 28, 128, 64), (1, 2, 28, 512, 128)])

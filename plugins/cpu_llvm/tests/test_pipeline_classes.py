@@ -95,12 +95,12 @@ def test_chunks_of_one_class_each_and_the_same_output_as_serial(monkeypatch, squ
     vectorized = kernels[(False, False)]
     # (so does the head's global pool, a mean over H and W accumulating a vector of channels; concat_copy's
     # memcpy calls are light, emitter.COPY_CALL)
-    # the classifier's matmul is one call of the hand-vectorized whole GEMM (SourceImpl.vectorized) and a
-    # vectorized epilogue
+    # the classifier's GEMM (its constant weight packed at compile time: nn.dense_pack) is one call of the
+    # hand-vectorized whole GEMM (SourceImpl.vectorized) and a vectorized epilogue
     assert vectorized and all(name.startswith(("fused_nn_conv2d", "fused_nn_max_pool2d", "fused_concatenate",
-                                               "fused_reshape_mean", "fused_nn_matmul")) for name in vectorized)
+                                               "fused_reshape_mean", "fused_nn_dense_pack")) for name in vectorized)
     assert any(name.startswith("fused_nn_conv2d") for name in vectorized)
-    assert any(name.startswith("fused_nn_matmul") for name in vectorized)
+    assert any(name.startswith("fused_nn_dense_pack") for name in vectorized)
     assert "fused_layout_transform" in kernels[(False, True)]    # scalar stores: LLVM may vectorize
     assert all(name.startswith(("fused_concatenate", "fused_layout_transform_reshape"))
                for name in kernels[(True, True)])

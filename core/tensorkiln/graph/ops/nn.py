@@ -16,7 +16,7 @@ from ..types import TensorType
 from .layout import parse_layout, primal_axes, primal_sizes, transform_layout
 from ._rules import broadcast_shape, normalize_axis, require_float, same_dtype, shape_text, tensor_args
 
-__all__ = ["Conv2DAttrs", "Conv2DTransposeAttrs", "DenseAttrs", "BatchNormAttrs", "BiasAddAttrs",
+__all__ = ["Conv2DAttrs", "Conv2DTransposeAttrs", "DenseAttrs", "DensePackAttrs", "pack_dense_weight", "BatchNormAttrs", "BiasAddAttrs",
            "SoftmaxAttrs", "MaxPool2DAttrs", "AvgPool2DAttrs", "LRNAttrs", "LayerNormAttrs"]
 
 _TOLERANCE = {"float16": 2e-3, "float32": 1e-4}
@@ -358,6 +358,59 @@ def _dense_type(arg_types, attrs) -> TensorType:
 register_op("nn.dense", attrs=DenseAttrs, type_rule=_dense_type,
             reference=_with_out_dtype(lambda x, w, attrs: np.matmul(_accumulate(x), _accumulate(w).T).astype(x.dtype)),
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2, tolerance=_TOLERANCE)
+
+
+@dataclass(frozen=True, slots=True)
+class DensePackAttrs(Attrs):
+    """dense_pack(x, w): nn.dense with its weight packed in blocks of n rows (`pack_dense_weight`); `units` is N, the
+    output features (the last block is zero-padded past N)."""
+    units: int = 1
+
+    def _check(self) -> None:
+        if self.units < 1:
+            self.fail(f"units must be positive, got {self.units}")
+
+
+def pack_dense_weight(weight: np.ndarray, block: int, empty=np.empty) -> np.ndarray:
+    """nn.dense's weight W[N, K] as nn.dense_pack reads it: packed[j // n, k, j % n] = W[j, k], n = `block`, the last
+    block zero-padded past N (TVM's "NK{n}n" layout). A GEMM reads a block as one contiguous stream of K rows of n
+    floats; a matmul's B[K, N] packs as pack_dense_weight(B.T, n). `empty(shape, dtype)` allocates the result (an
+    aligned allocator for a target that keeps it as a constant)."""
+    if weight.ndim != 2 or block < 1:
+        raise ValueError(f"pack_dense_weight: a weight (N, K) and a positive block, got {weight.shape} and {block}")
+    units, depth = weight.shape
+    blocks = -(-units // block)
+    packed = empty((blocks, depth, block), weight.dtype)
+    padded = np.zeros((blocks * block, depth), weight.dtype)
+    padded[:units] = weight
+    packed[...] = padded.reshape(blocks, block, depth).transpose(0, 2, 1)
+    return packed
+
+
+def _unpack_dense_weight(packed: np.ndarray, units: int) -> np.ndarray:
+    blocks, depth, block = packed.shape
+    return packed.transpose(0, 2, 1).reshape(blocks * block, depth)[:units]
+
+
+def _dense_pack_type(arg_types, attrs: DensePackAttrs) -> TensorType:
+    data, weight = tensor_args("nn.dense_pack", arg_types)
+    dtype = same_dtype("nn.dense_pack", data, weight)
+    if data.ndim < 1 or weight.ndim != 3 or data.shape[-1] != weight.shape[1]:
+        raise ShapeError(f"nn.dense_pack: data {shape_text(data.shape)} (..., K) and weight {shape_text(weight.shape)} "
+                         "(N / n, K, n) do not fit; K must match (pack_dense_weight makes the weight)")
+    blocks, _, block = weight.shape
+    if not (blocks - 1) * block < attrs.units <= blocks * block:
+        raise ShapeError(f"nn.dense_pack: units {attrs.units} do not fill the weight's {blocks} blocks of {block}; "
+                         f"units must be in ({(blocks - 1) * block}, {blocks * block}]")
+    return TensorType((*data.shape[:-1], attrs.units), dtype)
+
+
+register_op("nn.dense_pack", attrs=DensePackAttrs, type_rule=_dense_pack_type,
+            reference=lambda x, w, attrs: np.matmul(_accumulate(x),
+                                                    _accumulate(_unpack_dense_weight(w, attrs.units)).T).astype(x.dtype),
+            pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2, tolerance=_TOLERANCE,
+            doc="nn.dense with a weight packed in blocks of n output features: weight[N / n, K, n] "
+                "(pack_dense_weight); TVM's contrib_dense_pack. Targets pack constant weights once, at compile time.")
 
 
 def _matmul_type(arg_types, attrs) -> TensorType:

@@ -8,7 +8,7 @@ from ... import te
 from .._common import accumulate_dtype, broadcast_indices
 from ._accumulate import multiply_sum
 
-__all__ = ["dense", "matmul", "dense_compute", "matmul_compute", "cast_back"]
+__all__ = ["dense", "dense_pack", "matmul", "dense_compute", "dense_pack_compute", "matmul_compute", "cast_back"]
 
 
 def cast_back(result: te.Tensor, dtype: str, name: str) -> te.Tensor:
@@ -31,6 +31,21 @@ def dense(data: te.Tensor, weight: te.Tensor, out_dtype: str | None = None) -> t
         return multiply_sum(te.cast(data[i[:-1] + (k,)], accumulate) * te.cast(weight[i[-1], k], accumulate), axis=k)
     result = te.compute((*data.shape[:-1], units), body, name="T_dense", tag=tags.DENSE)
     return result if out_dtype else cast_back(result, data.dtype, "T_dense_cast")
+
+
+def dense_pack(data: te.Tensor, weight: te.Tensor, units: int) -> te.Tensor:
+    """out[..., j] = sum_k data[..., k] * weight[j // n, k, j % n] (tag "dense"): nn.dense_pack, whose weight is packed
+    in blocks of n output features (graph.pack_dense_weight)."""
+    _, reduction, block = weight.shape
+    accumulate = accumulate_dtype(data.dtype)
+    k = te.reduce_axis((0, reduction), name="k")
+
+    def body(*i):
+        j = i[-1]
+        return multiply_sum(te.cast(data[i[:-1] + (k,)], accumulate) * te.cast(weight[j // block, k, j % block],
+                                                                                accumulate), axis=k)
+    result = te.compute((*data.shape[:-1], units), body, name="T_dense_pack", tag=tags.DENSE)
+    return cast_back(result, data.dtype, "T_dense_pack_cast")
 
 
 def matmul(lhs: te.Tensor, rhs: te.Tensor, out_shape: tuple[int, ...]) -> te.Tensor:
@@ -64,6 +79,12 @@ def dense_compute(inputs, attrs, out_type):
     """Registry compute of nn.dense."""
     data, weight = inputs
     return dense(data, weight, getattr(attrs, "out_dtype", "") or None)
+
+
+def dense_pack_compute(inputs, attrs, out_type):
+    """Registry compute of nn.dense_pack."""
+    data, weight = inputs
+    return dense_pack(data, weight, attrs.units)
 
 
 def matmul_compute(inputs, attrs, out_type):

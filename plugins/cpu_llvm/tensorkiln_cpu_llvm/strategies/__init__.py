@@ -9,6 +9,7 @@ host gets AVX2-shaped code, and the tuner can search the candidates:
     cpu_llvm.dense_int8_gemm     nn.dense 8-bit, M >= 4        (the same function, W[N, K])
     cpu_llvm.dense_ukernel       nn.dense (fp32, 2-D)          mc, kc, nc, tile, pack_b, pack_a (whole GEMM, ukernel.py)
     cpu_llvm.matmul_ukernel      nn.matmul (fp32, 2-D)         mc, kc, nc, tile, pack_b, pack_a
+    cpu_llvm.dense_pack_ukernel  nn.dense_pack (fp32, 2-D)     mc, kc, nc, tile (the weight's nr), pack_a (B prepacked)
     cpu_llvm.conv2d_nhwc_ukernel nn.conv2d NHWC 1x1 stride 1   rows, kc (where measured not slower)
     cpu_llvm.concat_copy         concatenate                   (row-by-row contiguous copies, concat.py)
     cpu_llvm.depthwise_nchw      nn.conv2d NCHW depthwise fp32 max_width, rows (per-channel padding, depthwise.py)

@@ -19,6 +19,9 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
   of L2 and read by more than one row tile: copies_panels; else each sliver copied to the stack where its
   rows crowd an L1 set);
 - pack_a: copy A into row tiles (one stream per tile): a knob for the tuner, off by default (PACK_A);
+- a B packed at compile time (nn.dense_pack, b_layout "packed": weight_packing.pack_dense_weights) takes the
+  packed blocks whatever M (its slivers are contiguous, as a packed B's), no pack_b knob, and only tiles of its
+  slivers' width nr (packed_tiles);
 - nc: columns per work item: all of N when a kc x N panel fits a quarter of L3 (a copied panel of a B read in
   place: PANEL_L2_SHARE of L2), then
   split until there are at least WORK_ITEMS_PER_CORE items per core (PANEL_ITEMS_PER_CORE when
@@ -43,7 +46,7 @@ from ..sgemm import GemmPlan, sgemm_source
 from ..ukernels import GemmTile
 
 __all__ = ["gemm_space", "gemm_plan", "sgemm_intrinsic", "register_tiles", "parse_tile", "packs_panels",
-           "crowds_l1_sets", "balanced_columns"]
+           "crowds_l1_sets", "balanced_columns", "packed_tiles", "default_packed_columns"]
 
 MIN_TILE_ROWS = 4
 """Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
@@ -176,12 +179,13 @@ def _cores(target) -> int:
 
 
 def _defaults(m: int, n: int, k: int, tile: GemmTile, target, batch: int = 1,
-              cores: int | None = None) -> dict[str, int]:
-    """mc, kc, nc for `cores` threads (default: the target's, _cores)."""
+              cores: int | None = None, prepacked: bool = False) -> dict[str, int]:
+    """mc, kc, nc for `cores` threads (default: the target's, _cores); `prepacked`: B comes packed (nn.dense_pack),
+    its slivers streamed as a packed B's are, whatever M."""
     cores = _cores(target) if cores is None else cores
     caches = cache_sizes(target)
     blocks = _blocks(m, n, k, tile, target, batch, WORK_ITEMS_PER_CORE, cores, _streamed_depth(tile, caches))
-    if _packs_b(m, blocks["mc"]):
+    if prepacked or _packs_b(m, blocks["mc"]):
         return blocks
     # B read in place: its slivers are read where they lie (or copied a sliver or panel at a time), and the
     # sliver stays in L1 (_resident_depth)
@@ -324,21 +328,35 @@ def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core
     return {"mc": mc, "kc": kc, "nc": nc}
 
 
-def gemm_space(m: int, n: int, k: int, target, batch: int = 1) -> TuningSpace:
-    """Knobs tile, mc, kc, nc of one GEMM, or of each of a batch of them (see the module docstring)."""
-    tiles = register_tiles(target, m, n)
+def packed_tiles(target, m: int, n: int, nr: int) -> tuple[str, ...]:
+    """The register tiles `nr` columns wide, the default first: those a B packed in nr-wide slivers (nn.dense_pack)
+    can run; empty when no candidate tile is that wide."""
+    return tuple(tile for tile in register_tiles(target, m, n) if int(tile.split("x")[1]) == nr)
+
+
+def default_packed_columns(target, m: int, n: int) -> int:
+    """nr of the default register tile of an M x N GEMM: the sliver width a constant B is packed in at compile
+    time (cpu_llvm_pack_dense_weights)."""
+    return int(register_tiles(target, m, n)[0].split("x")[1])
+
+
+def gemm_space(m: int, n: int, k: int, target, batch: int = 1, nr: int | None = None) -> TuningSpace:
+    """Knobs tile, mc, kc, nc of one GEMM, or of each of a batch of them (see the module docstring); with `nr`, of
+    a GEMM whose B comes packed in nr-wide slivers (nn.dense_pack: only tiles that wide, no pack_b knob)."""
+    tiles = register_tiles(target, m, n) if nr is None else packed_tiles(target, m, n, nr)
     tile = parse_tile(tiles[0], target)
-    default = _defaults(m, n, k, tile, target, batch)
+    default = _defaults(m, n, k, tile, target, batch, prepacked=nr is not None)
     mcs = {c for c in (2 * tile.mr, 8 * tile.mr, 16 * tile.mr, 32 * tile.mr, 64 * tile.mr)
            if c <= _round_up(m, tile.mr)}
     kcs = {c for c in (64, 128, 192, 256, 384, 512) if c <= _round_up(k, 8)}
     ncs = {c for c in (4 * tile.nr, 8 * tile.nr, 16 * tile.nr, 64 * tile.nr) if c <= _round_up(n, tile.nr)}
-    return TuningSpace((Knob("mc", tuple(sorted(mcs | {default["mc"]})), default["mc"]),
-                        Knob("kc", tuple(sorted(kcs | {default["kc"]})), default["kc"]),
-                        Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
-                        Knob("tile", tiles, tiles[0]),
-                        Knob("pack_b", (True, False), _packs_b(m, default["mc"])),
-                        Knob("pack_a", (True, False), PACK_A)))
+    knobs = (Knob("mc", tuple(sorted(mcs | {default["mc"]})), default["mc"]),
+             Knob("kc", tuple(sorted(kcs | {default["kc"]})), default["kc"]),
+             Knob("nc", tuple(sorted(ncs | {default["nc"]})), default["nc"]),
+             Knob("tile", tiles, tiles[0]))
+    if nr is None:
+        knobs += (Knob("pack_b", (True, False), _packs_b(m, default["mc"])),)
+    return TuningSpace((*knobs, Knob("pack_a", (True, False), PACK_A)))
 
 
 PACK_ABOVE_ROWS = 64
@@ -370,10 +388,18 @@ won on Sapphire Rapids (KVM, L2 2 MB) before the micro-kernel prefetched the nex
 0.80x numpy, AVX2 1000^3 0.86 -> 0.91x): that host has not been measured since."""
 
 
-def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1) -> GemmPlan:
-    """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile)."""
-    tile = parse_tile(config.get("tile") or register_tiles(target, m, n)[0], target)
-    default = _defaults(m, n, k, tile, target, batch)
+def gemm_plan(m: int, n: int, k: int, target, config, b_layout: str, batch: int = 1,
+              nr: int | None = None) -> GemmPlan:
+    """The GemmPlan of a config of gemm_space (mc and nc rounded to the chosen tile); `nr`: the sliver width of a B
+    that comes packed (b_layout "packed"), which the tile must have."""
+    prepacked = b_layout == "packed"
+    if prepacked and nr is None:
+        raise ValueError("gemm_plan: a packed B needs its sliver width nr")
+    tiles = packed_tiles(target, m, n, nr) if prepacked else register_tiles(target, m, n)
+    tile = parse_tile(config.get("tile") or tiles[0], target)
+    if prepacked and tile.nr != nr:
+        raise ValueError(f"gemm_plan: tile {tile.mr}x{tile.nr} does not read B packed in slivers of {nr}")
+    default = _defaults(m, n, k, tile, target, batch, prepacked=prepacked)
     mc = _round_up(int(config.get("mc", default["mc"])), tile.mr)
     nc = _round_up(int(config.get("nc", default["nc"])), tile.nr)
     pack_b = bool(config.get("pack_b", _packs_b(m, mc))) or b_layout != "kn"
@@ -460,6 +486,10 @@ def sgemm_intrinsic(plan: GemmPlan):
     elif g > 1:
         a, b = te.placeholder((g, plan.m, plan.k), name="A"), te.placeholder((g, plan.k, plan.n), name="B")
         c = te.compute((g, plan.m, plan.n), lambda x, i, j: te.sum(a[x, i, k] * b[x, k, j], axis=k), name="C")
+    elif plan.b_layout == "packed":
+        nr = plan.tile.nr
+        a, bp = te.placeholder((plan.m, plan.k), name="A"), te.placeholder((plan.slivers, plan.k, nr), name="Bp")
+        c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * bp[j // nr, k, j % nr], axis=k), name="C")
     elif plan.b_layout == "nk":
         a, w = te.placeholder((plan.m, plan.k), name="A"), te.placeholder((plan.n, plan.k), name="W")
         c = te.compute((plan.m, plan.n), lambda i, j: te.sum(a[i, k] * w[j, k], axis=k), name="C")

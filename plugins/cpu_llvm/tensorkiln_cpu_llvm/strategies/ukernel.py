@@ -7,6 +7,9 @@
   in place for few rows), edge tiles masked, work items taken dynamically by the threads.
   The call reads A and B where they are; the group's epilogue (bias, relu, residual add)
   then runs over C, vectorized and parallel. Knobs: mc, kc, nc, tile, pack_b, pack_a.
+- nn.dense_pack (x[M, K], a weight packed at compile time in nr-wide slivers, Wp[N / nr, K, nr]: what
+  cpu_llvm_pack_dense_weights makes of a dense or matmul with a constant weight): the same call reading the
+  slivers as they are, with no copy of B per call. Knobs: mc, kc, nc, tile (nr wide), pack_a.
 - nn.conv2d NHWC / HWIO with stride 1 and one group, any kernel size, padding and
   dilation, without im2col: the register tile is mr output positions of one row x nr
   output channels, and for each kernel tap (ry, rx) the micro-kernel multiplies the
@@ -85,6 +88,9 @@ def _gemm_shape(call) -> tuple[int, int, int] | None:
     if name == "nn.dense" and len(types[0].shape) == 2:
         (m, k), (n, _) = types[0].shape, types[1].shape
         return int(m), int(n), int(k)
+    if name == "nn.dense_pack" and len(types[0].shape) == 2:
+        (m, k) = types[0].shape
+        return int(m), int(call.attrs.units), int(k)
     if name == "nn.matmul" and len(types[0].shape) == 2 and len(types[1].shape) == 2:
         (m, k), (_, n) = types[0].shape, types[1].shape
         return int(m), int(n), int(k)
@@ -104,6 +110,11 @@ def gemm_applies(call, target):
         return f"M={m} < {MIN_ROWS} rows: a matrix-vector product (cpu_llvm.dense_split streams the weight)"
     if n < _vector_lanes(target):
         return f"N={n} is narrower than one vector of {_vector_lanes(target)} lanes"
+    if call.op.name == "nn.dense_pack":
+        nr = int(call.args[1].checked_type.shape[2])
+        if not gemm_blocking.packed_tiles(target, m, n, nr):
+            return (f"the weight is packed in slivers of {nr}, which no register tile of this target reads "
+                    f"(tiles {', '.join(gemm_blocking.register_tiles(target, m, n))})")
     return True
 
 
@@ -116,6 +127,11 @@ def _batch(call) -> int:
 def _space(workload, target) -> TuningSpace:
     m, n, k = _gemm_shape(workload.call)
     return gemm_blocking.gemm_space(m, n, k, target, _batch(workload.call))
+
+
+def _packed_space(workload, target) -> TuningSpace:
+    m, n, k = _gemm_shape(workload.call)
+    return gemm_blocking.gemm_space(m, n, k, target, nr=int(workload.call.args[1].checked_type.shape[2]))
 
 
 # ---- compute ---------------------------------------------------------------------------------
@@ -144,6 +160,16 @@ def _gemm(a, b, transposed: bool) -> te.Tensor:
 def _dense_compute(inputs, attrs, out_type, target, config):
     data, weight = inputs
     return _gemm(data, weight, transposed=True)
+
+
+def _dense_pack_compute(inputs, attrs, out_type, target, config):
+    """C = x @ W.T with W packed: C[i, j] = sum_k x[i, k] * Wp[j // nr, k, j % nr] (one sgemm call, B "packed")."""
+    data, weight = inputs
+    m, k_extent = (int(d) for d in data.shape)
+    nr = int(weight.shape[2])
+    k = te.reduce_axis((0, k_extent), name="k")
+    return te.compute((m, attrs.units), lambda i, j: te.sum(data[i, k] * weight[j // nr, k, j % nr], axis=k),
+                      name="T_gemm", tag=UKERNEL_TAG, attrs={"b_layout": "packed", "nr": nr})
 
 
 def _matmul_compute(inputs, attrs, out_type, target, config):
@@ -178,7 +204,7 @@ def _schedule(outputs, target, config):
     rows, columns = (int(d) for d in gemm.shape[-2:])
     batch = int(gemm.shape[0]) if len(gemm.shape) == 3 else 1
     plan = gemm_blocking.gemm_plan(rows, columns, int(gemm.op.reduce_axis[0].dom.extent), target, config,
-                                   gemm.op.attrs["b_layout"], batch)
+                                   gemm.op.attrs["b_layout"], batch, gemm.op.attrs.get("nr"))
     stage = s[gemm]
     # a batch is one call too: its GEMMs share one parallel region (sgemm.py)
     stage.tensorize(stage.op.axis[0], gemm_blocking.sgemm_intrinsic(plan))
@@ -320,6 +346,8 @@ def ukernel_strategies(target) -> list[OpImplementation]:
                          condition=gemm_applies, priority=20),
         OpImplementation("cpu_llvm.matmul_ukernel", ("nn.matmul",), _schedule, compute=_matmul_compute, space=_space,
                          condition=gemm_applies, priority=20),
+        OpImplementation("cpu_llvm.dense_pack_ukernel", ("nn.dense_pack",), _schedule, compute=_dense_pack_compute,
+                         space=_packed_space, condition=gemm_applies, priority=20),
         OpImplementation("cpu_llvm.conv2d_nhwc_ukernel", ("nn.conv2d",), _schedule_conv, compute=_conv_compute,
                          space=_conv_space, condition=conv_applies, priority=20),
     ]
