@@ -1,6 +1,7 @@
 """benchmarks/gemm_sweep.py: fp32 GEMM at awkward shapes, tensorkiln's best schedule against numpy (OpenBLAS).
 
     python benchmarks/gemm_sweep.py [--isa native,avx2] [--threads 1,2] [--repeat 21] [--sizes 1024x1024x1024,...]
+                                    [--weights runtime|constant]
 
 Sizes are M x N x K (C[M, N] = A[M, K] @ B[K, N]). "best" is what `tk.compile` runs for an
 nn.matmul (the implementation cpu_llvm's strategies choose, default knobs; for the GEMM:
@@ -20,6 +21,11 @@ each, and "CPU time" the ratio of median process CPU seconds per call (what a ca
 when other processes take the cores away; with 2 threads it also counts spin-waiting),
 steadier readings on a loaded machine. The last line is the sweep's worst case (of the
 wall-clock medians).
+
+`--weights constant` times what a model with a constant weight runs instead: `tk.compile` of
+nn.matmul(x, const(B)) (B packed at compile time into the micro-kernel's slivers, nn.dense_pack:
+cpu_llvm_pack_dense_weights), called through `lib.run` (its output allocated per call), against
+numpy's `matmul(a, b, out=...)` on the same B; numpy has no way to keep its packed B between calls.
 """
 import os
 import sys
@@ -57,6 +63,17 @@ def build_best(m: int, n: int, k: int, target_text: str):
     return module.get_function(module.entry_name), choice, module
 
 
+def build_constant(b, m: int, target_text: str):
+    """What tk.compile runs for nn.matmul(x[m, K], const(b)): the compiled model and its GEMM's strategy row."""
+    import tensorkiln as tk
+    from tensorkiln import graph
+
+    x = graph.var("x", shape=(m, b.shape[0]))
+    lib = tk.compile(graph.Module.from_expr(graph.Function([x], graph.nn.matmul(x, graph.const(b)))), target_text)
+    (strategy,) = lib.summary()["strategies"].values()
+    return lib, strategy
+
+
 def _sample(run, number: int) -> tuple[float, float]:
     """(wall seconds, process CPU seconds) per call over `number` calls."""
     start, cpu = time.perf_counter(), time.process_time()
@@ -89,7 +106,7 @@ def _pool_note(before: dict[str, int]) -> str:
             f"{after['backoffs'] - before['backoffs']} back-off(s)]")
 
 
-def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
+def measure(isa: str, sizes, threads_list, repeat: int, weights: str = "runtime") -> list[tuple]:
     import numpy as np
     from threadpoolctl import threadpool_info, threadpool_limits
 
@@ -106,36 +123,50 @@ def measure(isa: str, sizes, threads_list, repeat: int) -> list[tuple]:
         m, n, k = (int(x) for x in size.split("x"))
         a = rng.standard_normal((m, k), dtype=np.float32)
         b = rng.standard_normal((k, n), dtype=np.float32)
-        kernel, choice, module = build_best(m, n, k, TARGETS[isa])
         ours, theirs = np.empty((m, n), np.float32), np.empty((m, n), np.float32)
-        kernel(a, b, ours)
+        if weights == "constant":
+            lib, strategy = build_constant(b, m, TARGETS[isa])
+            inputs = {"x": a}
+            name, config, module = strategy["strategy"], strategy["config"], None
+            ours[...] = lib.run(inputs)[0]
+
+            def call():
+                return lib.run(inputs)
+        else:
+            kernel, choice, module = build_best(m, n, k, TARGETS[isa])
+            name, config = choice.name, dict(choice.config)
+
+            def call():
+                return kernel(a, b, ours)
+            call()
         np.matmul(a, b, out=theirs)
         np.testing.assert_allclose(ours, theirs, rtol=1e-3, atol=1e-3 * np.sqrt(k))
         flops = 2.0 * m * n * k
         for threads in threads_list:
             pool_before = _pool_counts()
             tk.runtime.set_num_threads(threads)
-            module.loaded.set_num_threads(threads)   # this module for sure, whatever else is live
+            if module is not None:
+                module.loaded.set_num_threads(threads)   # this module for sure, whatever else is live
             with threadpool_limits(limits=threads, user_api="blas"):
                 pause = QUIESCE_SECONDS if threads > 1 else 0.0
                 np.matmul(a, b, out=theirs)
                 time.sleep(pause)   # OpenBLAS's spinning threads would make our pool back off (thread_pool.c)
-                kernel(a, b, ours)
-                once = min(_sample(lambda: kernel(a, b, ours), 1)[0] for _ in range(3))
+                call()
+                once = min(_sample(call, 1)[0] for _ in range(3))
                 number = max(1, int(0.02 / max(once, 1e-6)))   # samples of about 20 ms
                 numpy_s, ours_s = [], []
                 for _ in range(repeat):
                     time.sleep(pause)
                     numpy_s.append(_sample(lambda: np.matmul(a, b, out=theirs), number))
                     time.sleep(pause)
-                    ours_s.append(_sample(lambda: kernel(a, b, ours), number))
+                    ours_s.append(_sample(call, number))
             t_numpy, t_ours = (statistics.median(w for w, _ in times) for times in (numpy_s, ours_s))
             cpu_numpy, cpu_ours = (statistics.median(c for _, c in times) for times in (numpy_s, ours_s))
             rows.append((isa, size, threads, flops / t_numpy / 1e9, flops / t_ours / 1e9, t_numpy / t_ours,
                          min(numpy_s)[0] / min(ours_s)[0], cpu_numpy / cpu_ours))
             print(f"[{isa}] {size:>16s} {threads} thr: numpy {rows[-1][3]:7.1f} GFLOP/s  tensorkiln "
                   f"{rows[-1][4]:7.1f} GFLOP/s  ratio {rows[-1][5]:5.2f}x (best-of {rows[-1][6]:5.2f}x, "
-                  f"CPU time {rows[-1][7]:5.2f}x)  {choice.name} {dict(choice.config)}{_pool_note(pool_before)}",
+                  f"CPU time {rows[-1][7]:5.2f}x)  {name} {config}{_pool_note(pool_before)}",
                   flush=True)
     tk.runtime.set_num_threads(0)
     return rows
@@ -147,14 +178,16 @@ def main() -> None:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=21)
     parser.add_argument("--sizes", default=",".join(SIZES), help="comma list of MxNxK")
+    parser.add_argument("--weights", choices=("runtime", "constant"), default="runtime",
+                        help="B an input of the call (the sweep), or a constant of the model (packed at compile time)")
     args = parser.parse_args()
     threads = [int(t) for t in args.threads.split(",")]
     sizes = args.sizes.split(",")
     if os.environ.get("TK_SWEEP_CHILD"):
-        for row in measure(os.environ["TK_SWEEP_CHILD"], sizes, threads, args.repeat):
+        for row in measure(os.environ["TK_SWEEP_CHILD"], sizes, threads, args.repeat, args.weights):
             print("ROW\t" + "\t".join(str(x) for x in row), flush=True)
         return
-    print(f"cores: {os.cpu_count()}; load average before: {os.getloadavg()}")
+    print(f"cores: {os.cpu_count()}; B: {args.weights}; load average before: {os.getloadavg()}")
     rows = []
     for isa in args.isa.split(","):
         for thread_count in threads:
@@ -162,7 +195,7 @@ def main() -> None:
             if isa == "avx2":
                 env["OPENBLAS_CORETYPE"] = "Haswell"
             command = [sys.executable, __file__, "--sizes", args.sizes, "--threads", str(thread_count),
-                       "--repeat", str(args.repeat)]
+                       "--repeat", str(args.repeat), "--weights", args.weights]
             child = subprocess.run(command, env=env, capture_output=True, text=True)
             for line in child.stdout.splitlines():
                 if line.startswith("ROW\t"):
