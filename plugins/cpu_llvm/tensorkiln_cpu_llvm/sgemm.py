@@ -466,24 +466,18 @@ micro-kernels read now, without evicting it from L1."""
 
 
 def _prefetch_next_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
-                         call: ir.Value, calls: ir.Value, column_start: ir.Value, column_stop: ir.Value) -> None:
-    """Before micro-kernel call `call` of the `calls` a panel makes (its slivers times its row tiles), ask for that
-    call's share of the rows of the item's next panel (the next kc rows of B, the same columns), so the next copy
-    (_pack_panel) reads B from L2 rather than memory: one row of 13-20 lines before each call for a 208-row panel of
-    13 slivers and 16 row tiles. The last block of K asks for nothing (rows clamped to K); calls past kc rows ask
-    for none. Asked for a sliver's share at a time (kc / slivers rows, 320 lines at once), the prefetches queued
-    behind each other at the start of each sliver and the copy gained no more than the micro-kernel lost: measured,
-    Zen 4, 1 core, in one process, orders shuffled, against numpy, per sliver -> per call: AVX2 64x4096x1024
-    0.957-0.972 -> 0.965-0.996x over five runs (2 cores 1.02-1.06 -> 1.08-1.09x), 169x1000x512 1.012-1.016 ->
-    1.028-1.032x, 48x4608x512, 49x512x4608, 128x3072x768 and 196x256x2304 even; AVX-512 64x4096x1024 1.18-1.19
-    -> 1.20-1.21x. A copy whose rows were certainly in L2 (a timing-only build re-copying the first panel) ran
-    1.05x: the prefetched rows are not all there yet when the copy comes, and an item's first panel is never
-    asked for (its thread claims the item only then). Rows asked for last-first measured the same. Asking at
-    all, a sliver's share at a time, had measured against not asking (GFLOP/s): AVX2 48x4608x512 78.5-79.8 ->
-    83.8-86.5, 64x4096x1024 78.2-83.6 -> 84.9-85.4; AVX-512 48x4608x512 82.0-82.7 -> 84.7; into L1 (locality 3)
-    slower than not at all."""
-    share = builder.udiv(builder.add(I64(plan.kc), builder.sub(calls, I64(1))), calls)
-    first = builder.add(builder.add(k_start, I64(plan.kc)), builder.mul(call, share))
+                         jr: ir.Value, sliver_start: ir.Value, sliver_stop: ir.Value, column_start: ir.Value,
+                         column_stop: ir.Value) -> None:
+    """While sliver `jr` of a panel computes, ask for its share of the rows of the item's next panel (the next kc
+    rows of B, the same columns): each of the panel's slivers prefetches kc / slivers of them, so the next copy
+    (_pack_panel) reads B from L2 instead of waiting on memory a row at a time. The last block of K asks for
+    nothing (rows clamped to K). Measured, Zen 4, 1 core, one process alternating, GFLOP/s without -> with:
+    AVX2 48x4608x512 78.5-79.8 -> 83.8-86.5, 64x4096x1024 78.2-83.6 -> 84.9-85.4, 49x512x4608 75-77 -> 74-77;
+    AVX-512 48x4608x512 82.0-82.7 -> 84.7, 64x4096x1024 80.0-81.0 -> 83.1-83.3, 49x512x4608 88.7 -> 86.0-87.5.
+    Locality 3 (into L1) was slower than none: 48x4608x512 76.4-84.7, 49x512x4608 70.9-71.1."""
+    slivers = builder.sub(sliver_stop, sliver_start)
+    share = builder.udiv(builder.add(I64(plan.kc), builder.sub(slivers, I64(1))), slivers)
+    first = builder.add(builder.add(k_start, I64(plan.kc)), builder.mul(builder.sub(jr, sliver_start), share))
     last = _minimum(builder, builder.add(first, share), I64(plan.k))
     prefetch = declare(builder.module, "llvm.prefetch.p0i8", VOID, [ir.IntType(8).as_pointer(), I32, I32, I32])
     lines = builder.udiv(builder.add(builder.sub(column_stop, column_start), I64(15)), I64(16))
@@ -556,6 +550,9 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
         with for_range(builder, sliver_start, sliver_stop, name="jr") as jr:
             column = builder.mul(jr, I64(tile.nr))
             columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
+            if plan.pack_panels and depth_blocks > 1:
+                _prefetch_next_panel(builder, plan, b, ldb, k_start, jr, sliver_start, sliver_stop, column_start,
+                                     column_stop)
             if plan.pack_b:
                 sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
                                                       builder.mul(k_start, I64(tile.nr)))], inbounds=True)
@@ -576,11 +573,6 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
             with for_range(builder, tile_start, tile_stop, name="ir") as it:
                 row = builder.mul(it, I64(tile.mr))
                 rows = _minimum(builder, I64(tile.mr), builder.sub(I64(plan.m), row))
-                if plan.pack_panels and depth_blocks > 1:
-                    tiles = builder.sub(tile_stop, tile_start)
-                    call = builder.add(builder.mul(builder.sub(jr, sliver_start), tiles), builder.sub(it, tile_start))
-                    calls = builder.mul(builder.sub(sliver_stop, sliver_start), tiles)
-                    _prefetch_next_panel(builder, plan, b, ldb, k_start, call, calls, column_start, column_stop)
                 if plan.pack_a:
                     a_tile = builder.gep(ap, [packed_a_offset(builder, plan, k_start, depth, it)], inbounds=True)
                 else:

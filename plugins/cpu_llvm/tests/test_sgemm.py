@@ -266,8 +266,8 @@ def test_a_b_read_in_place_keeps_its_sliver_in_l1_and_its_panel_in_l2():
 
 def test_a_panel_prefetches_the_next_panel_into_l2_while_it_computes():
     """A GEMM copying panels of a B read in place asks for the next block of K's rows of its panel (into L2,
-    locality 2) while the current panel computes, a share before each micro-kernel call; with a single block of K
-    there is no next panel. The products are right with a ragged last block of K, at 1 and 2 threads."""
+    locality 2) while the current panel computes, sliver by sliver; with a single block of K there is no next
+    panel. The products are right with a ragged last block of K, at 1 and 2 threads."""
     from tensorkiln_cpu_llvm.sgemm import NEXT_PANEL_LOCALITY
 
     target_text = "llvm -mcpu=haswell -l2_cache=256K"
