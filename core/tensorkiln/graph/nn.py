@@ -6,8 +6,8 @@ from typing import Sequence
 from .builder import call
 from .expr import Expr
 
-__all__ = ["conv2d", "conv2d_transpose", "dense", "dense_pack", "matmul", "batch_norm", "bias_add", "layer_norm", "relu",
-           "leaky_relu", "prelu", "elu", "selu", "gelu", "softplus", "hard_sigmoid", "softmax", "log_softmax",
+__all__ = ["conv2d", "conv2d_transpose", "dense", "dense_pack", "matmul", "batch_norm", "bias_add", "layer_norm",
+           "relu", "leaky_relu", "prelu", "elu", "selu", "gelu", "softplus", "hard_sigmoid", "softmax", "log_softmax",
            "max_pool2d", "avg_pool2d", "global_avg_pool2d", "global_max_pool2d", "lrn", "pad"]
 
 

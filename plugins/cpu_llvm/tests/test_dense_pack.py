@@ -181,9 +181,11 @@ def test_an_onnx_matmul_with_an_initializer_matches_onnxruntime():
     model = helper.make_model(helper.make_graph(
         nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 256])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [64, 1000])],
-        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]), opset_imports=[helper.make_opsetid("", 17)])
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")]),
+        opset_imports=[helper.make_opsetid("", 17)])
     x = _random(64, 256)
-    expected = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    expected = session.run(None, {"x": x})[0]
     for target in TARGETS:
         lib = tk.compile(onnx.load_from_string(model.SerializeToString()), target)
         assert _strategies(lib) == ["cpu_llvm.dense_pack_ukernel"]

@@ -351,8 +351,8 @@ def test_a_model_whose_a_outgrows_l2_reads_it_in_place_and_matches_numpy():
     dense = graph.nn.dense(graph.var("x", shape=(600, 1024)), graph.const(w))
     lib = tk.compile(graph.nn.relu(graph.nn.bias_add(dense, graph.const(bias))), "llvm -l2_cache=1M")
     # (the constant weight is packed at compile time: the group runs as an nn.dense_pack)
-    (strategy,) = [s for s in lib.summary()["strategies"].values()
-                   if s["strategy"] in ("cpu_llvm.dense_ukernel", "cpu_llvm.matmul_ukernel", "cpu_llvm.dense_pack_ukernel")]
+    gemms = ("cpu_llvm.dense_ukernel", "cpu_llvm.matmul_ukernel", "cpu_llvm.dense_pack_ukernel")
+    (strategy,) = [s for s in lib.summary()["strategies"].values() if s["strategy"] in gemms]
     assert strategy["config"]["pack_a"] is False
     before = tk.runtime.get_num_threads()
     for threads in (1, 2):

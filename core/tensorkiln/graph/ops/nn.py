@@ -16,8 +16,9 @@ from ..types import TensorType
 from .layout import parse_layout, primal_axes, primal_sizes, transform_layout
 from ._rules import broadcast_shape, normalize_axis, require_float, same_dtype, shape_text, tensor_args
 
-__all__ = ["Conv2DAttrs", "Conv2DTransposeAttrs", "DenseAttrs", "DensePackAttrs", "pack_dense_weight", "BatchNormAttrs", "BiasAddAttrs",
-           "SoftmaxAttrs", "MaxPool2DAttrs", "AvgPool2DAttrs", "LRNAttrs", "LayerNormAttrs"]
+__all__ = ["Conv2DAttrs", "Conv2DTransposeAttrs", "DenseAttrs", "DensePackAttrs", "pack_dense_weight",
+           "BatchNormAttrs", "BiasAddAttrs", "SoftmaxAttrs", "MaxPool2DAttrs", "AvgPool2DAttrs", "LRNAttrs",
+           "LayerNormAttrs"]
 
 _TOLERANCE = {"float16": 2e-3, "float32": 1e-4}
 
@@ -405,9 +406,11 @@ def _dense_pack_type(arg_types, attrs: DensePackAttrs) -> TensorType:
     return TensorType((*data.shape[:-1], attrs.units), dtype)
 
 
-register_op("nn.dense_pack", attrs=DensePackAttrs, type_rule=_dense_pack_type,
-            reference=lambda x, w, attrs: np.matmul(_accumulate(x),
-                                                    _accumulate(_unpack_dense_weight(w, attrs.units)).T).astype(x.dtype),
+def _dense_pack_reference(x: np.ndarray, w: np.ndarray, attrs: DensePackAttrs) -> np.ndarray:
+    return np.matmul(_accumulate(x), _accumulate(_unpack_dense_weight(w, attrs.units)).T).astype(x.dtype)
+
+
+register_op("nn.dense_pack", attrs=DensePackAttrs, type_rule=_dense_pack_type, reference=_dense_pack_reference,
             pattern=OpPattern.OUT_ELEMWISE_FUSABLE, num_inputs=2, tolerance=_TOLERANCE,
             doc="nn.dense with a weight packed in blocks of n output features: weight[N / n, K, n] "
                 "(pack_dense_weight); TVM's contrib_dense_pack. Targets pack constant weights once, at compile time.")
