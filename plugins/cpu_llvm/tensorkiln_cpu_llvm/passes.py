@@ -1,16 +1,17 @@
 """passes.py: cpu_llvm's graph passes, returned from its tensorkiln_passes hook (they run after the core's).
 
-`cpu_llvm_transpose_dense_weights`: nn.dense(x, W) with a constant W[N, K] whose GEMM the
-micro-kernel runs (strategies/ukernel.py) becomes nn.matmul(x, W.T) with W.T[K, N] computed
-once here. The micro-kernel packs B into nr-wide panels on every call; from W[N, K] that
-is a transposing gather of K * N scalars, from W.T[K, N] a copy of contiguous vectors.
-Batch-1 dense keeps W[N, K]: its split reduction streams the rows of W (strategies/dense.py).
-
 `cpu_llvm_conv1x1_as_matmul`, `cpu_llvm_flatten_matmul`: 1x1 convs and matmuls of higher rank as
 2-D or batched GEMMs for the micro-kernel, between free reshapes (gemm_rewrites.py).
 
-`cpu_llvm_pack_dense_weights`: those GEMMs (2-D matmul and dense the micro-kernel runs) with a constant weight
+`cpu_llvm_pack_dense_weights`: 2-D matmul and dense calls the micro-kernel runs with a constant weight
 become nn.dense_pack, the weight packed once here into the micro-kernel's nr-wide slivers (weight_packing.py).
+
+`cpu_llvm_transpose_dense_weights`: nn.dense(x, W) with a constant W[N, K] whose GEMM the
+micro-kernel runs (strategies/ukernel.py), where packing did not take it (the packing pass disabled),
+becomes nn.matmul(x, W.T) with W.T[K, N] computed once here. The micro-kernel packs B into nr-wide
+panels on every call; from W[N, K] that is a transposing gather of K * N scalars, from W.T[K, N] a
+copy of contiguous vectors. Batch-1 dense keeps W[N, K]: its split reduction streams the rows of W
+(strategies/dense.py).
 
 `cpu_llvm_winograd`: 3x3 stride-1 NHWC convs with constant weights become nn.conv2d_winograd,
 their weights transformed once here (winograd_weights.py; `-winograd=off` keeps them direct).
@@ -53,7 +54,9 @@ register_pass("cpu_llvm_winograd", opt_level=2)(winograd_weights.convert_to_wino
 register_pass("cpu_llvm_pack_conv_weights", opt_level=2)(weight_packing.pack_conv_weights)
 
 
-PASSES = (get_pass("cpu_llvm_transpose_dense_weights"), get_pass("cpu_llvm_conv1x1_as_matmul"),
-          get_pass("cpu_llvm_flatten_matmul"), get_pass("cpu_llvm_pack_dense_weights"), get_pass("cpu_llvm_winograd"),
-          get_pass("cpu_llvm_pack_conv_weights"))
-"""The registered Pass objects, in the order they run."""
+PASSES = (get_pass("cpu_llvm_conv1x1_as_matmul"), get_pass("cpu_llvm_flatten_matmul"),
+          get_pass("cpu_llvm_pack_dense_weights"), get_pass("cpu_llvm_transpose_dense_weights"),
+          get_pass("cpu_llvm_winograd"), get_pass("cpu_llvm_pack_conv_weights"))
+"""The registered Pass objects, in the order they run. The dense weights are packed straight from W[N, K] before
+the transposing pass, which then transposes only what packing left (all of them when packing is disabled), so no
+weight is transposed and then transposed back."""

@@ -128,11 +128,18 @@ def test_a_dense_weight_is_packed_from_its_n_k_layout(target):
     x, w = _random(40, 72), _random(56, 72)
     xv = graph.var("x", shape=x.shape)
     model = graph.Module.from_expr(graph.nn.dense(xv, graph.const(w)))
-    # with transpose_dense_weights off the dense itself is packed (from W[N, K], not from W.T)
-    context = PassContext(disabled={"cpu_llvm_transpose_dense_weights"})
-    lib = tk.compile(model, target, context=context)
+    # packing runs before transpose_dense_weights: the dense itself is packed, from W[N, K]
+    (gemm,) = _gemm_calls(model, target)
+    nr = gemm.args[1].value.shape[2]
+    assert gemm.op.name == "nn.dense_pack"
+    np.testing.assert_array_equal(gemm.args[1].value, graph.pack_dense_weight(w, nr))
+    lib = tk.compile(model, target)
     assert _strategies(lib) == ["cpu_llvm.dense_pack_ukernel"]
     np.testing.assert_allclose(lib.run({"x": x})[0], x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
+    # without packing, the transposing pass still turns it into a matmul of W.T
+    per_call = tk.compile(model, target, context=PER_CALL)
+    assert _strategies(per_call) == ["cpu_llvm.matmul_ukernel"]
+    np.testing.assert_allclose(per_call.run({"x": x})[0], x.astype(np.float64) @ w.T, rtol=1e-4, atol=1e-4)
 
 
 def test_the_packed_plan_keeps_the_weights_sliver_width():
