@@ -192,6 +192,12 @@ class CacheSizes:
     l3: int
     l1d_ways: int = 8
     line_bytes: int = 64   # the L1 data cache's line: what one prefetch instruction brings in
+    l2_ways: int = 8
+
+    @property
+    def l2_way_bytes(self) -> int:
+        """Bytes of one L2 way: addresses this far apart fall into the same L2 set (128 KB: 1 MB, 8 ways)."""
+        return max(64, self.l2 // max(1, self.l2_ways))
 
     @property
     def l1d_way_bytes(self) -> int:
@@ -199,7 +205,7 @@ class CacheSizes:
         return max(64, self.l1d // max(1, self.l1d_ways))
 
 
-DEFAULT_CACHES = CacheSizes(l1d=32 * 1024, l2=512 * 1024, l3=8 * 1024 * 1024, l1d_ways=8)
+DEFAULT_CACHES = CacheSizes(l1d=32 * 1024, l2=512 * 1024, l3=8 * 1024 * 1024, l1d_ways=8, l2_ways=8)
 """When the host does not say (no sysfs): common sizes of current x86 and Arm server cores."""
 _CACHE_ROOT = "/sys/devices/system/cpu/cpu0/cache"
 
@@ -224,7 +230,7 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
     import glob
     import os
 
-    found, ways, line = {}, DEFAULT_CACHES.l1d_ways, DEFAULT_CACHES.line_bytes
+    found, ways, line = {}, {1: DEFAULT_CACHES.l1d_ways, 2: DEFAULT_CACHES.l2_ways}, DEFAULT_CACHES.line_bytes
     for index in sorted(glob.glob(os.path.join(root, "index*"))):
         try:
             with open(os.path.join(index, "level")) as level, open(os.path.join(index, "type")) as kind, \
@@ -233,21 +239,25 @@ def _host_caches(root: str = _CACHE_ROOT) -> CacheSizes:
         except OSError:
             continue
         if kind_text in ("Data", "Unified") and size_text:
-            found.setdefault(int(level_text), parse_size(size_text))
-            if level_text == "1":
+            level_number = int(level_text)
+            found.setdefault(level_number, parse_size(size_text))
+            if level_number in (1, 2):
                 try:
                     with open(os.path.join(index, "ways_of_associativity")) as associativity:
-                        ways = int(associativity.read().strip()) or ways
-                    with open(os.path.join(index, "coherency_line_size")) as line_size:
-                        line = int(line_size.read().strip()) or line
+                        ways[level_number] = int(associativity.read().strip()) or ways[level_number]
+                    if level_number == 1:
+                        with open(os.path.join(index, "coherency_line_size")) as line_size:
+                            line = int(line_size.read().strip()) or line
                 except (OSError, ValueError):
                     pass
     return CacheSizes(l1d=found.get(1, DEFAULT_CACHES.l1d), l2=found.get(2, DEFAULT_CACHES.l2),
-                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)), l1d_ways=ways, line_bytes=line)
+                      l3=found.get(3, found.get(2, DEFAULT_CACHES.l3)), l1d_ways=ways[1], line_bytes=line,
+                      l2_ways=ways[2])
 
 
 def cache_sizes(target) -> CacheSizes:
-    """The host's caches, each overridable by a target option (-l1_cache=48K -l2_cache=1M -l3_cache=32M -l1_ways=12)."""
+    """The host's caches, each overridable by a target option (-l1_cache=48K -l2_cache=1M -l3_cache=32M -l1_ways=12
+    -l2_ways=16)."""
     from tensorkiln.ir.errors import TargetError
 
     host = _host_caches()
@@ -258,10 +268,14 @@ def cache_sizes(target) -> CacheSizes:
             sizes[field] = parse_size(given) if given else getattr(host, field)
         except ValueError as error:
             raise TargetError(f"cpu_llvm option -{option}={given}: {error}") from None
-    ways = target.options.get("l1_ways")
-    if ways is not None and int(ways) <= 0:
-        raise TargetError(f"cpu_llvm option -l1_ways={ways}: the L1 associativity must be a positive number of ways")
-    return CacheSizes(**sizes, l1d_ways=int(ways) if ways else host.l1d_ways, line_bytes=host.line_bytes)
+    ways = {}
+    for level, field in ((1, "l1d_ways"), (2, "l2_ways")):
+        given = target.options.get(f"l{level}_ways")
+        if given is not None and int(given) <= 0:
+            raise TargetError(f"cpu_llvm option -l{level}_ways={given}: the L{level} associativity must be a "
+                              "positive number of ways")
+        ways[field] = int(given) if given else getattr(host, field)
+    return CacheSizes(**sizes, **ways, line_bytes=host.line_bytes)
 
 
 def cpu_facts(target) -> CpuFacts:

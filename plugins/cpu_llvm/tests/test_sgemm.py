@@ -285,7 +285,7 @@ def test_a_bad_cache_option_is_a_clear_error():
         cache_sizes(tk.target("llvm -l2_cache=lots"))
 
 
-def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
+def test_host_caches_are_read_from_sysfs_with_the_l1_and_l2_ways(tmp_path):
     from tensorkiln_cpu_llvm.host import _host_caches
 
     for index, (level, kind, size, ways) in enumerate([("1", "Data", "48K", "12"), ("1", "Instruction", "32K", "8"),
@@ -297,6 +297,41 @@ def test_host_caches_are_read_from_sysfs_with_the_l1_ways(tmp_path):
     caches = _host_caches(str(tmp_path))
     assert (caches.l1d, caches.l2, caches.l3, caches.l1d_ways) == (48 * 1024, 1024 * 1024, 32 * 1024 * 1024, 12)
     assert caches.l1d_way_bytes == 4096
+    assert (caches.l2_ways, caches.l2_way_bytes) == (16, 64 * 1024)
+
+
+def test_l2_ways_option_overrides_the_host_and_is_checked():
+    from tensorkiln.ir.errors import TargetError
+
+    assert cache_sizes(tk.target("llvm -l2_cache=1M -l2_ways=16")).l2_way_bytes == 64 * 1024
+    with pytest.raises(TargetError, match="l2_ways=0: the L2 associativity must be a positive"):
+        cache_sizes(tk.target("llvm -l2_ways=0"))
+
+
+@pytest.mark.parametrize("k, kc, ways", [(2048, 512, 8), (1024, 512, 8), (1024, 384, 8), (1000, 504, 8),
+                                          (2048, 512, 16), (4096, 128, 4), (768, 384, 8)])
+def test_a_row_block_takes_no_more_rows_than_the_l2_sets_they_fall_into_hold(k, kc, ways):
+    """l2_set_rows against a count of the lines of each row of an mc x kc block of A (rows k floats apart) in each
+    set of a 1 MB L2: the rows it allows fill no set past its ways, one more row would (unless the block is
+    all of L2). The default mc of a GEMM with such a K stays within them."""
+    from tensorkiln_cpu_llvm.strategies.gemm_blocking import l2_set_rows
+
+    target = tk.target(f"llvm -mcpu=haswell -l2_cache=1M -l2_ways={ways}")
+    caches = cache_sizes(target)
+    sets = 1024 * 1024 // 64 // ways
+
+    def fullest(rows, depth=kc):
+        counts = [0] * sets
+        for row in range(rows):
+            for line in range(row * k * 4 // 64, (row * k * 4 + depth * 4 - 1) // 64 + 1):
+                counts[line % sets] += 1
+        return max(counts)
+
+    rows = l2_set_rows(k * 4, kc * 4, caches)
+    assert fullest(rows) <= ways
+    assert rows == 1024 * 1024 // (kc * 4) or fullest(rows + 1) > ways
+    plan = gemm_plan(1024, 1000, k, target, {}, "kn")
+    assert fullest(plan.mc, plan.kc) <= ways
 
 
 @pytest.mark.parametrize("cores, m, n, l2, rows, columns", [

@@ -13,7 +13,8 @@ sysfs, overridable by -l1_cache/-l2_cache/-l3_cache):
 - kc: a kc x NR sliver of packed B is one and a half times L1, streamed from L2 beside the row tile (C's tile
   is read and written once per kc: _streamed_depth); a sliver of a B read in place fills half of L1
   (_resident_depth), two thirds when B is copied into panels (_panel_depth);
-- mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver);
+- mc: an mc x kc block of A fills half of L2 (it is reused by every column sliver), no more rows than L2's sets
+  hold where rows a multiple of a way apart fall into the same sets (l2_set_rows);
 - pack_b: copy B into slivers when more than 64 rows in more than one row block reuse each, else
   read it in place (each work item's panel of B copied a row at a time first when B is larger than half
   of L2 and read by more than one row tile: copies_panels; else each sliver copied to the stack where its
@@ -46,7 +47,7 @@ from ..sgemm import GemmPlan, sgemm_source
 from ..ukernels import GemmTile
 
 __all__ = ["gemm_space", "gemm_plan", "sgemm_intrinsic", "register_tiles", "parse_tile", "packs_panels",
-           "crowds_l1_sets", "balanced_columns", "packed_tiles", "default_packed_columns"]
+           "crowds_l1_sets", "l2_set_rows", "balanced_columns", "packed_tiles", "default_packed_columns"]
 
 MIN_TILE_ROWS = 4
 """Rows of the shortest register tile offered to avoid padding (two below the default at most)."""
@@ -297,13 +298,38 @@ def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int, wide
     return max(width for width, time in times.items() if time * BALANCE_GAIN <= soonest)
 
 
+def l2_set_rows(row_bytes: int, block_bytes: int, caches) -> int:
+    """The most rows of a block of A read in place (`block_bytes` of each row, rows `row_bytes` apart) that L2 holds
+    before more of their lines fall into one L2 set than the set has ways. Rows a multiple of 8 KB apart share a
+    sixteenth of the sets of a 1 MB 8-way L2 (128 KB a way): an mc x kc block of half of L2 then does not stay there
+    for the next sliver of B, and every row tile comes from L3 again. Numpy's arrays of 4 MB or more lie in huge pages
+    (madvise), so the virtual addresses decide the sets. Measured, Zen 4 (1 MB, 8 ways), 1 core, 1024x1000x2048 (rows
+    8 KB apart, kc 512: 16 rows a set at mc 256), one process alternating with numpy, mc 256 -> 128: AVX2 0.90-0.97 ->
+    0.97-1.06x, AVX-512 (6x16, mc 210) 1.02-1.03 -> 1.04-1.05x; 1024^3 (4 KB apart: 8 rows a set at mc 256) even at
+    mc 128."""
+    return _l2_set_rows(row_bytes, block_bytes, caches.line_bytes, max(1, caches.l2_way_bytes // caches.line_bytes),
+                        caches.l2_ways, caches.l2 // max(1, block_bytes))
+
+
+@functools.lru_cache(maxsize=256)
+def _l2_set_rows(row_bytes: int, block_bytes: int, line: int, sets: int, ways: int, limit: int) -> int:
+    lines_per_set = Counter()
+    for row in range(limit):
+        first, last = row * row_bytes // line, (row * row_bytes + block_bytes - 1) // line
+        touched = [(position % sets) for position in range(first, min(last + 1, first + sets))]
+        if any(lines_per_set[s] >= ways for s in touched):
+            return max(1, row)
+        lines_per_set.update(touched)
+    return limit
+
+
 def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core: int,
             cores: int, depth: int, widest: int | None = None) -> dict[str, int]:
     """mc, kc, nc (module docstring) for kc near `depth` and nc at most `widest`, columns split for `per_core` work
     items per core of `cores`."""
     caches = cache_sizes(target)
     kc = _even(k, depth, 8)
-    mc = _even(m, max(tile.mr, caches.l2 // 2 // (kc * 4)), tile.mr)
+    mc = _even(m, max(tile.mr, min(caches.l2 // 2 // (kc * 4), l2_set_rows(k * 4, kc * 4, caches))), tile.mr)
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr,
                           widest // tile.nr * tile.nr if widest else n_padded))
