@@ -362,13 +362,14 @@ def test_a_tall_gemm_is_cut_into_enough_work_items_for_every_core():
 
     caches = "-l1_cache=32K -l2_cache=1M -l3_cache=32M"
     for cpu in ("skylake-avx512", "znver4"):   # the 6x64 and the 6x16 register tile
-        # one thread: blocks follow the caches alone (an mc x kc block of A in half of L2, all columns)
-        alone = gemm_plan(1024, 1024, 1024, tk.target(f"llvm -mcpu={cpu} {caches} -num_threads=1"), {}, "kn")
+        # one thread: blocks follow the caches alone (an mc x kc block of A in half of L2, all columns; K = 1000,
+        # whose rows do not crowd L2's sets, l2_set_rows)
+        alone = gemm_plan(1024, 1024, 1000, tk.target(f"llvm -mcpu={cpu} {caches} -num_threads=1"), {}, "kn")
         assert alone.column_blocks == 1 and alone.mc * alone.kc * 4 <= (1 << 20) // 2
         assert alone.items < BALANCED_ITEMS_PER_CORE
         for cores in (2, 4):
             target = tk.target(f"llvm -mcpu={cpu} {caches} -num_threads={cores}")
-            tall = gemm_plan(1024, 1024, 1024, target, {}, "kn")
+            tall = gemm_plan(1024, 1024, 1000, target, {}, "kn")
             # rows split for balance stay MIN_SPLIT_ROWS high (or the caches' block, when that is lower)
             assert tall.items >= BALANCED_ITEMS_PER_CORE * cores and tall.mc >= min(MIN_SPLIT_ROWS, alone.mc)
             assert tall.m - (tall.row_blocks - 1) * tall.mc > tall.mc // 2          # even blocks
