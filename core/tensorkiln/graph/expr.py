@@ -315,6 +315,14 @@ class Module(Node):
         """A copy with function `name` added or replaced."""
         return Module(tuple((k, f) for k, f in self.functions if k != name) + ((name, function),))
 
+    def map_functions(self, rewrite) -> "Module":
+        """This module with every function replaced by `rewrite(function)`; the module itself when `rewrite`
+        returned each function unchanged (a pass that finds nothing to do keeps the module's identity)."""
+        functions = tuple((name, rewrite(function)) for name, function in self.functions)
+        if all(new is old for (_, new), (_, old) in zip(functions, self.functions)):
+            return self
+        return Module(functions)
+
     def _struct_key(self) -> tuple:
         return tuple(name for name, _ in self.functions)
 

@@ -23,10 +23,7 @@ __all__ = ["eliminate_common_subexpr"]
 @register_pass("eliminate_common_subexpr", opt_level=1)
 def eliminate_common_subexpr(mod: Module) -> Module:
     """Merge structurally equal calls on identical operands, and equal constants."""
-    functions = tuple((name, _eliminate(function)) for name, function in mod)
-    if all(new is old for (_, new), (_, old) in zip(functions, mod.functions)):
-        return mod
-    return Module(functions)
+    return mod.map_functions(_eliminate)
 
 
 def _eliminate(function):

@@ -27,10 +27,7 @@ __all__ = ["eliminate_dead_code"]
 @register_pass("eliminate_dead_code", opt_level=1)
 def eliminate_dead_code(mod: Module) -> Module:
     """Forward tuple fields and replace partially used splits by slices of the used parts."""
-    functions = tuple((name, _eliminate(function)) for name, function in mod)
-    if all(new is old for (_, new), (_, old) in zip(functions, mod.functions)):
-        return mod
-    return Module(functions)
+    return mod.map_functions(_eliminate)
 
 
 def _eliminate(function):

@@ -29,10 +29,7 @@ __all__ = ["fold_scale_axis"]
 @register_pass("fold_scale_axis", opt_level=1)
 def fold_scale_axis(mod: Module) -> Module:
     """Push multiply-by-constant and add-constant along the channel axis into conv2d/dense/matmul."""
-    functions = tuple((name, _fold_function(function)) for name, function in mod)
-    if all(new is old for (_, new), (_, old) in zip(functions, mod.functions)):
-        return mod
-    return Module(functions)
+    return mod.map_functions(_fold_function)
 
 
 def _fold_function(function):

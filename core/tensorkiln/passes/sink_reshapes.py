@@ -44,10 +44,7 @@ _AXIS_FIELDS = frozenset({"axis", "axes"})
 @register_pass("sink_reshapes", opt_level=1)
 def sink_reshapes(mod: Module) -> Module:
     """Sink reshapes below elementwise ops and merge chains of them (module docstring)."""
-    functions = tuple((name, _sink(function)) for name, function in mod)
-    if all(new is old for (_, new), (_, old) in zip(functions, mod.functions)):
-        return mod
-    return Module(functions)
+    return mod.map_functions(_sink)
 
 
 def _sink(function: Function) -> Function:
