@@ -51,7 +51,7 @@ from dataclasses import dataclass, replace
 import llvmlite.ir as ir
 
 from .cgutils import (I32, I64, PTR, VOID, alloca_in_entry, count_done, declare, for_range, reused_heap_block,
-                      run_parallel, team_size, wait_until_done)
+                      run_parallel, wait_until_done)
 from .ukernels import (F32, F32_PTR, K_UNROLL, GemmTile, _masked, _vector, _vector_pointer, accumulate_over_k,
                        next_tile_rows)
 
@@ -484,12 +484,7 @@ def micro_asks_ahead(plan: GemmPlan) -> bool:
     row per sliver: AVX2 (4x24) 1 thread 64x4096x1024 0.955-0.971 -> 0.996-1.021x numpy (2 threads 1.03 ->
     1.07x), 49x512x4608 1.02 -> 1.04x, 197x768x3072 0.95 -> 0.98x, 128x3072x768 and 48x4608x512 even; AVX-512 even
     to 0.02x better; cross-process (4 rounds, each against numpy in its own process), AVX2 64x4096x1024 1 thread
-    0.939-0.968 -> 0.965-0.979x.
-
-    The last block of K asks for the first panel of the item the thread likely takes next: its index plus the
-    region's thread count (the threads take items in turn; one thread alone takes the next). Measured as above,
-    AVX2 64x4096x1024 one process 0.971 -> 0.982x at 1 thread, 0.951 -> 0.981x at 2, 49x512x4608 1.026 -> 1.051x;
-    cross-process at 1 thread (4 rounds) 0.966-0.985 -> 0.973-0.995x."""
+    0.939-0.968 -> 0.965-0.979x."""
     return plan.pack_panels and plan.k > plan.kc
 
 
@@ -541,42 +536,35 @@ def _copy_sliver(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Val
     return builder.select(full, buffer, sliver), builder.select(full, I64(tile.nr), stride)
 
 
-def _item_columns(builder: ir.IRBuilder, plan: GemmPlan, column_block: ir.Value, column_blocks: ir.Value):
-    """(first sliver, sliver stop, first column, column stop) of a column block. B's slivers are evened out over
-    the column blocks (the first `extra` take one more): 171 slivers in 16 items are 11 of 11 and 5 of 10, not 15
-    of 11 and one of 6, which two threads share 86 / 85, not 88 / 83."""
-    per_block = builder.udiv(I64(plan.slivers), column_blocks)
-    extra = builder.urem(I64(plan.slivers), column_blocks)
-    sliver_start = builder.add(builder.mul(column_block, per_block), _minimum(builder, column_block, extra))
-    sliver_stop = builder.add(builder.add(sliver_start, per_block),
-                              builder.zext(builder.icmp_unsigned("<", column_block, extra), I64))
-    column_start = builder.mul(sliver_start, I64(plan.tile.nr))
-    column_stop = _minimum(builder, builder.mul(sliver_stop, I64(plan.tile.nr)), I64(plan.n))
-    return sliver_start, sliver_stop, column_start, column_stop
-
-
 def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: str,
                  micro_edge: ir.Function | None = None) -> ir.Function:
-    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel, mc, nc, row_blocks, following): the blocks of C
-    of work item `index` over all of K, C split into blocks of mc x (at most) nc, row_blocks of them per column
+    """item(A, lda, B, ldb, Bp, Ap, C, ldc, index, accumulate, panel, mc, nc, row_blocks): the blocks of C of
+    work item `index` over all of K, C split into blocks of mc x (at most) nc, row_blocks of them per column
     (A's row tiles read from Ap when plan.pack_a; B's full slivers from `panel`, the calling thread's kc x nc
-    floats, when plan.pack_panels; the ragged last sliver by `micro_edge`, plan.edge_tile wide, when given;
-    `following`: the item the thread likely takes next, whose first panel the last block of K asks for)."""
+    floats, when plan.pack_panels; the ragged last sliver by `micro_edge`, plan.edge_tile wide, when given)."""
     tile = plan.tile
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR, I64, I64, I64, I64]),
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, F32_PTR, F32_PTR, I64, I64, I32, F32_PTR, I64, I64, I64]),
         name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate, panel, mc, nc, row_blocks, following = function.args
+    a, lda, b, ldb, bp, ap, c, ldc, index, accumulate, panel, mc, nc, row_blocks = function.args
     builder = ir.IRBuilder(function.append_basic_block("entry"))
     # consecutive items share a column block: its Bp panel stays in the shared cache
     row_block = builder.urem(index, row_blocks)
     column_block = builder.udiv(index, row_blocks)
     row_start = builder.mul(row_block, mc)
     row_stop = _minimum(builder, builder.add(row_start, mc), I64(plan.m))
+    # B's slivers evened out over the column blocks (the first `extra` take one more): 171 slivers in 16 items
+    # are 11 of 11 and 5 of 10, not 15 of 11 and one of 6, which two threads share 86 / 85, not 88 / 83
     column_blocks = builder.udiv(builder.add(I64(plan.n), builder.sub(nc, I64(1))), nc)
-    sliver_start, sliver_stop, column_start, column_stop = _item_columns(builder, plan, column_block, column_blocks)
+    per_block = builder.udiv(I64(plan.slivers), column_blocks)
+    extra = builder.urem(I64(plan.slivers), column_blocks)
+    sliver_start = builder.add(builder.mul(column_block, per_block), _minimum(builder, column_block, extra))
+    sliver_stop = builder.add(builder.add(sliver_start, per_block),
+                              builder.zext(builder.icmp_unsigned("<", column_block, extra), I64))
+    column_start = builder.mul(sliver_start, I64(tile.nr))
+    column_stop = _minimum(builder, builder.mul(sliver_stop, I64(tile.nr)), I64(plan.n))
     tile_start = builder.udiv(row_start, I64(tile.mr))
     tile_stop = builder.udiv(builder.add(row_stop, I64(tile.mr - 1)), I64(tile.mr))
     depth_blocks = max(1, -(-plan.k // plan.kc))   # K = 0 still overwrites C (with zeros)
@@ -584,12 +572,6 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     if asks_ahead:   # the rows of a next panel the micro-kernel calls ask for, one each
         calls = _minimum(builder, builder.mul(builder.sub(sliver_stop, sliver_start), builder.sub(tile_stop, tile_start)),
                          I64(plan.kc))
-        # after the last block of K: the first panel of the item this thread likely takes next (`following`)
-        follows = builder.and_(builder.icmp_signed("<", following, builder.mul(row_blocks, column_blocks)),
-                               ir.Constant(ir.IntType(1), int(plan.batch == 1)))
-        _, _, following_start, following_stop = _item_columns(
-            builder, plan, builder.udiv(_minimum(builder, following, builder.sub(builder.mul(row_blocks, column_blocks),
-                                                                                  I64(1))), row_blocks), column_blocks)
     with for_range(builder, I64(0), I64(depth_blocks), name="pc") as pc:
         k_start = builder.mul(pc, I64(plan.kc))
         depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
@@ -633,16 +615,11 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
                     call = builder.add(builder.mul(builder.sub(jr, sliver_start), builder.sub(tile_stop, tile_start)),
                                        builder.sub(it, tile_start))
                     next_row = builder.add(builder.add(k_start, I64(plan.kc)), call)
-                    last_block = builder.icmp_signed(">=", next_row, I64(plan.k))
-                    wrapped = builder.and_(last_block, follows)   # then row `call` of the following item
-                    next_row = builder.select(wrapped, call, next_row)
-                    first_column = builder.select(wrapped, following_start, column_start)
-                    width = builder.select(wrapped, builder.sub(following_stop, following_start),
-                                           builder.sub(column_stop, column_start))
                     wanted = builder.and_(builder.icmp_signed("<", call, calls),
                                           builder.icmp_signed("<", next_row, I64(plan.k)))
-                    row_of_b = builder.gep(b, [builder.add(builder.mul(next_row, ldb), first_column)])
-                    arguments += [builder.select(wanted, row_of_b, sliver), builder.select(wanted, width, I64(1))]
+                    row_of_b = builder.gep(b, [builder.add(builder.mul(next_row, ldb), column_start)])
+                    arguments += [builder.select(wanted, row_of_b, sliver),
+                                  builder.select(wanted, builder.sub(column_stop, column_start), I64(1))]
                 if micro_edge is None:
                     builder.call(micro, arguments)
                 else:
@@ -765,8 +742,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
         operands = _batch_operands(builder, plan, values, g)
         builder.call(item, [operands["A"], values["lda"], operands["B"], values["ldb"], operands["Bp"],
                             operands["Ap"], operands["C"], values["ldc"], local, values["accumulate"], panel,
-                            blocks["mc"], blocks["nc"], blocks["row_blocks"],
-                            builder.add(local, builder.zext(team_size(builder), I64))])
+                            blocks["mc"], blocks["nc"], blocks["row_blocks"]])
     builder.ret_void()
     return function
 
