@@ -233,22 +233,18 @@ def _lane_mask(builder: ir.IRBuilder, lanes: int, first_column: int, columns: ir
     return builder.icmp_signed("<", ids, limit)
 
 
-def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool = False,
-                  asks_ahead: bool = False) -> ir.Function:
+def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool = False) -> ir.Function:
     """micro(A, lda, Bp, ldbp, C, ldc, kc, rows, columns, accumulate): C[rows, columns] (+)= A[rows, kc] @ Bp[kc, nr].
 
     mr x nr/lanes accumulators stay in registers over kc; Bp's rows are ldbp apart (nr in a packed sliver).
     `a_packed`: A is a packed row tile, A[k * mr + r] (lda unused; its rows past `rows` are copies).
-    `asks_ahead`: two more arguments (float* ahead, i64 span): the k loop asks for the `span` floats at `ahead` into
-    L2, a line a step, in place of A's next row tile (micro_asks_ahead).
     """
     lanes, mr, vectors = tile.lanes, tile.mr, tile.vectors_per_row
-    ahead_types = [F32_PTR, I64] if asks_ahead else []
     function = ir.Function(module, ir.FunctionType(
-        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, I64, I64, I64, I64, I32, *ahead_types]), name)
+        VOID, [F32_PTR, I64, F32_PTR, I64, F32_PTR, I64, I64, I64, I64, I32]), name)
     function.linkage = "internal"
     function.attributes.add("nounwind")
-    a, lda, bp, ldbp, c, ldc, depth, rows, columns, accumulate, *ahead = function.args
+    a, lda, bp, ldbp, c, ldc, depth, rows, columns, accumulate = function.args
     for argument in (a, bp, c):
         argument.add_attribute("noalias")
     builder = ir.IRBuilder(function.append_basic_block("entry"))
@@ -271,13 +267,9 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool =
             address = builder.bitcast(builder.gep(row, [I64(column)]), ir.IntType(8).as_pointer())
             builder.call(prefetch, [address, I32(1), I32(3), I32(1)])
     # A in place: the next row tile of the sliver is prefetched while this one computes (ukernels.next_tile_rows)
-    if asks_ahead:   # a row of the item's next panel, into L2 (NEXT_PANEL_LOCALITY), in place of A's next tile
-        finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1,
-                                   prefetch=tuple(ahead), unroll=K_UNROLL, prefetch_locality=NEXT_PANEL_LOCALITY)
-    else:
-        finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1,
-                                   prefetch=None if a_packed else next_tile_rows(builder, a, lda, depth, tile),
-                                   unroll=K_UNROLL)
+    finals = accumulate_over_k(builder, module, tile, row_pointers, bp, ldbp, depth, mr if a_packed else 1,
+                               prefetch=None if a_packed else next_tile_rows(builder, a, lda, depth, tile),
+                               unroll=K_UNROLL)
     accumulating = builder.icmp_signed("!=", accumulate, I32(0))
     full = builder.and_(builder.icmp_signed("==", rows, I64(mr)), builder.icmp_signed("==", columns, I64(tile.nr)))
 
@@ -474,39 +466,20 @@ NEXT_PANEL_LOCALITY = 2
 micro-kernels read now, without evicting it from L1."""
 
 
-def micro_asks_ahead(plan: GemmPlan) -> bool:
-    """Whether the micro-kernel calls of a panel ask for the rows of the item's next panel, a row each: call n
-    (of the panel's slivers times the block's row tiles) asks for its row n, a line a k step, in the step's
-    prefetch slot (A's next row tile otherwise, of which a GEMM whose K is several blocks asks only the first line:
-    ukernels.next_tile_rows); the rows past the count of calls are asked for a share per sliver
-    (_prefetch_next_panel). Spread over the calls, the requests leave the copy no burst of prefetches to wait on
-    and the micro-kernel no loop of its own. Measured, Zen 4, one process alternating, against asking for every
-    row per sliver: AVX2 (4x24) 1 thread 64x4096x1024 0.955-0.971 -> 0.996-1.021x numpy (2 threads 1.03 ->
-    1.07x), 49x512x4608 1.02 -> 1.04x, 197x768x3072 0.95 -> 0.98x, 128x3072x768 and 48x4608x512 even; AVX-512 even
-    to 0.02x better; cross-process (4 rounds, each against numpy in its own process), AVX2 64x4096x1024 1 thread
-    0.939-0.968 -> 0.965-0.979x."""
-    return plan.pack_panels and plan.k > plan.kc
-
-
 def _prefetch_next_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb: ir.Value, k_start: ir.Value,
                          jr: ir.Value, sliver_start: ir.Value, sliver_stop: ir.Value, column_start: ir.Value,
-                         column_stop: ir.Value, skip: ir.Value | None = None) -> None:
+                         column_stop: ir.Value) -> None:
     """While sliver `jr` of a panel computes, ask for its share of the rows of the item's next panel (the next kc
-    rows of B, the same columns) past the first `skip` (those the micro-kernel calls ask for, micro_asks_ahead):
-    each of the panel's slivers prefetches (kc - skip) / slivers of them, so the next copy
+    rows of B, the same columns): each of the panel's slivers prefetches kc / slivers of them, so the next copy
     (_pack_panel) reads B from L2 instead of waiting on memory a row at a time. The last block of K asks for
     nothing (rows clamped to K). Measured, Zen 4, 1 core, one process alternating, GFLOP/s without -> with:
     AVX2 48x4608x512 78.5-79.8 -> 83.8-86.5, 64x4096x1024 78.2-83.6 -> 84.9-85.4, 49x512x4608 75-77 -> 74-77;
     AVX-512 48x4608x512 82.0-82.7 -> 84.7, 64x4096x1024 80.0-81.0 -> 83.1-83.3, 49x512x4608 88.7 -> 86.0-87.5.
     Locality 3 (into L1) was slower than none: 48x4608x512 76.4-84.7, 49x512x4608 70.9-71.1."""
     slivers = builder.sub(sliver_stop, sliver_start)
-    skip = I64(0) if skip is None else skip   # rows the micro-kernel calls ask for (micro_asks_ahead)
-    rows = builder.sub(I64(plan.kc), skip)
-    share = builder.udiv(builder.add(rows, builder.sub(slivers, I64(1))), slivers)
-    first = builder.add(builder.add(builder.add(k_start, I64(plan.kc)), skip),
-                        builder.mul(builder.sub(jr, sliver_start), share))
-    last = _minimum(builder, _minimum(builder, builder.add(first, share), I64(plan.k)),
-                    builder.add(k_start, I64(2 * plan.kc)))
+    share = builder.udiv(builder.add(I64(plan.kc), builder.sub(slivers, I64(1))), slivers)
+    first = builder.add(builder.add(k_start, I64(plan.kc)), builder.mul(builder.sub(jr, sliver_start), share))
+    last = _minimum(builder, builder.add(first, share), I64(plan.k))
     prefetch = declare(builder.module, "llvm.prefetch.p0i8", VOID, [ir.IntType(8).as_pointer(), I32, I32, I32])
     lines = builder.udiv(builder.add(builder.sub(column_stop, column_start), I64(15)), I64(16))
     with for_range(builder, first, last, name="next.k") as k:
@@ -568,10 +541,6 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
     tile_start = builder.udiv(row_start, I64(tile.mr))
     tile_stop = builder.udiv(builder.add(row_stop, I64(tile.mr - 1)), I64(tile.mr))
     depth_blocks = max(1, -(-plan.k // plan.kc))   # K = 0 still overwrites C (with zeros)
-    asks_ahead = micro_asks_ahead(plan)
-    if asks_ahead:   # the rows of a next panel the micro-kernel calls ask for, one each
-        calls = _minimum(builder, builder.mul(builder.sub(sliver_stop, sliver_start), builder.sub(tile_stop, tile_start)),
-                         I64(plan.kc))
     with for_range(builder, I64(0), I64(depth_blocks), name="pc") as pc:
         k_start = builder.mul(pc, I64(plan.kc))
         depth = _minimum(builder, I64(plan.kc), builder.sub(I64(plan.k), k_start))
@@ -584,7 +553,7 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
             columns = _minimum(builder, I64(tile.nr), builder.sub(I64(plan.n), column))
             if plan.pack_panels and depth_blocks > 1:
                 _prefetch_next_panel(builder, plan, b, ldb, k_start, jr, sliver_start, sliver_stop, column_start,
-                                     column_stop, calls if asks_ahead else None)
+                                     column_stop)
             if plan.pack_b:
                 sliver = builder.gep(bp, [builder.add(builder.mul(jr, I64(plan.k * tile.nr)),
                                                       builder.mul(k_start, I64(tile.nr)))], inbounds=True)
@@ -611,15 +580,6 @@ def _define_item(module: ir.Module, plan: GemmPlan, micro: ir.Function, name: st
                     a_tile = builder.gep(a, [builder.add(builder.mul(row, lda), k_start)], inbounds=True)
                 c_tile = builder.gep(c, [builder.add(builder.mul(row, ldc), column)], inbounds=True)
                 arguments = [a_tile, lda, sliver, sliver_stride, c_tile, ldc, depth, rows, columns, adds]
-                if asks_ahead:   # call n of this panel asks for row n of the next one (none past K: this sliver)
-                    call = builder.add(builder.mul(builder.sub(jr, sliver_start), builder.sub(tile_stop, tile_start)),
-                                       builder.sub(it, tile_start))
-                    next_row = builder.add(builder.add(k_start, I64(plan.kc)), call)
-                    wanted = builder.and_(builder.icmp_signed("<", call, calls),
-                                          builder.icmp_signed("<", next_row, I64(plan.k)))
-                    row_of_b = builder.gep(b, [builder.add(builder.mul(next_row, ldb), column_start)])
-                    arguments += [builder.select(wanted, row_of_b, sliver),
-                                  builder.select(wanted, builder.sub(column_stop, column_start), I64(1))]
                 if micro_edge is None:
                     builder.call(micro, arguments)
                 else:
@@ -723,7 +683,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
             count_done(builder, _field(builder, closure, "packed"))
         wait_until_done(builder, _field(builder, closure, "packed"), slivers + a_tiles)
     micro_edge = None if plan.edge_tile is None else \
-        _define_micro(module, plan.edge_tile, f"{plan.symbol}.micro_edge", plan.pack_a, micro_asks_ahead(plan))
+        _define_micro(module, plan.edge_tile, f"{plan.symbol}.micro_edge", plan.pack_a)
     item = _define_item(module, plan, micro, f"{plan.symbol}.item", micro_edge)
     panel = ir.Constant(F32_PTR, None)
     if plan.pack_panels:   # this thread's panel buffer: one of `threads`, claimed once per region
@@ -750,7 +710,7 @@ def _define_worker(module: ir.Module, plan: GemmPlan, micro: ir.Function, pack: 
 def sgemm_source(plan: GemmPlan) -> str:
     """LLVM IR text defining `plan.symbol` (see the module docstring)."""
     module = ir.Module(name=plan.symbol)
-    micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro", plan.pack_a, micro_asks_ahead(plan))
+    micro = _define_micro(module, plan.tile, f"{plan.symbol}.micro", plan.pack_a)
     by_sliver = plan.packed_slivers and not plan.packs_by_rows   # "nk", or the ragged sliver of a B in place
     pack = _define_pack(module, plan, f"{plan.symbol}.pack") if by_sliver else None
     pack_rows = _define_pack_rows(module, plan, f"{plan.symbol}.pack_rows") if plan.packs_by_rows else None

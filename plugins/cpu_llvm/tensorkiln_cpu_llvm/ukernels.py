@@ -92,8 +92,7 @@ faster (exported models, both orders, within 2%) and took 25% more LLVM time."""
 
 def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, a_rows: list, b: ir.Value,
                       ldb: ir.Value, depth: ir.Value, a_step: int = 1,
-                      prefetch: tuple[ir.Value, ir.Value] | None = None, unroll: int = 1,
-                      prefetch_locality: int = 3) -> list:
+                      prefetch: tuple[ir.Value, ir.Value] | None = None, unroll: int = 1) -> list:
     """The register tile's k loop: acc[r, v] += splat(a_rows[r][k * a_step]) * B[k * ldb + v * lanes : +lanes]
     for k < depth (`a_step` mr: A packed as [k][mr]); `unroll` steps per iteration (K_UNROLL), then one at a
     time.
@@ -126,8 +125,8 @@ def accumulate_over_k(builder: ir.IRBuilder, module: ir.Module, tile: GemmTile, 
         if line is not None:
             next_span, span = prefetch
             address = builder.bitcast(builder.gep(next_span, [line]), ir.IntType(8).as_pointer())
-            # a read (0), kept in every cache level (3: the default), of data (1)
-            builder.call(prefetch_call, [address, I32(0), I32(prefetch_locality), I32(1)])
+            # a read (0), kept in every cache level (3), of data (1)
+            builder.call(prefetch_call, [address, I32(0), I32(3), I32(1)])
             following = builder.add(line, I64(FLOATS_PER_LINE))
             line = builder.select(builder.icmp_signed("<", following, span), following, line)
         b_row = builder.mul(k, ldb)

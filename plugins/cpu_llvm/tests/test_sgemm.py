@@ -285,23 +285,6 @@ def test_a_bad_cache_option_is_a_clear_error():
         cache_sizes(tk.target("llvm -l2_cache=lots"))
 
 
-@pytest.mark.parametrize("m, n, k, config", [
-    (37, 1000, 700, {"kc": 64, "nc": 240}),    # 10 row tiles x 10 slivers: 100 calls ask for 64 rows, K ragged
-    (9, 1000, 700, {"kc": 64, "nc": 96}),      # 3 row tiles x 4 slivers: 12 calls, the other 52 rows per sliver
-    (64, 333, 520, {"kc": 128}),               # a ragged last sliver (its edge micro-kernel asks too)
-])
-def test_a_panel_gemm_whose_micro_kernel_calls_ask_for_the_next_panel_matches_numpy(m, n, k, config):
-    """A B read in place and copied into panels, K several blocks: each micro-kernel call asks for a row of the
-    item's next panel (sgemm.micro_asks_ahead), the rest of its rows are asked for a share per sliver. The product
-    matches numpy at 1 and 2 threads, whatever the count of calls against kc."""
-    from tensorkiln_cpu_llvm.sgemm import micro_asks_ahead
-
-    target_text = "llvm -mcpu=haswell -l2_cache=256K"   # B of 0.7-2.8 MB: copied into panels
-    plan = gemm_plan(m, n, k, tk.target(target_text), {"pack_b": False, **config}, "kn")
-    assert plan.pack_panels and micro_asks_ahead(plan) and plan.k > 2 * plan.kc
-    _check(_build(m, n, k, target_text, config={"pack_b": False, **config})[0], m, n, k)
-
-
 def test_host_caches_are_read_from_sysfs_with_the_l1_and_l2_ways(tmp_path):
     from tensorkiln_cpu_llvm.host import _host_caches
 
