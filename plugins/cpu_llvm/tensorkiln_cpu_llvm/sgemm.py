@@ -28,8 +28,7 @@ Ap[K / kc, M / mr, kc, mr] (packed_a_offset) in the same parallel packing phase 
 stream, not mr rows a page or more apart). A "kn" B is packed PACK_ROWS rows at a time, each row of B one contiguous
 run. A B read in place (`pack_b` False: few rows reuse each sliver) that is larger than half of L2 has
 each work item's kc x nc panel copied, a row at a time, into the thread's own buffer first
-(`pack_panels`; see _pack_panel for why rows; while a panel computes, its micro-kernel calls ask for the rows
-of the next one, micro_asks_ahead); a smaller one whose rows crowd one L1 set has each
+(`pack_panels`; see _pack_panel for why rows); a smaller one whose rows crowd one L1 set has each
 kc x nr sliver copied to the stack just before its row tiles (`copy_slivers`). Edge tiles cost
 almost nothing: a tile with fewer than mr rows reads its missing rows from the last valid one and stores only the
 valid rows; fewer than nr columns read the zero padding of Bp and store under a lane
