@@ -304,9 +304,10 @@ def l2_set_rows(row_bytes: int, block_bytes: int, caches) -> int:
     sixteenth of the sets of a 1 MB 8-way L2 (128 KB a way): an mc x kc block of half of L2 then does not stay there
     for the next sliver of B, and every row tile comes from L3 again. Numpy's arrays of 4 MB or more lie in huge pages
     (madvise), so the virtual addresses decide the sets. Measured, Zen 4 (1 MB, 8 ways), 1 core, 1024x1000x2048 (rows
-    8 KB apart, kc 512: 16 rows a set at mc 256), one process alternating with numpy, mc 256 -> 128: AVX2 0.90-0.97 ->
-    0.97-1.06x, AVX-512 (6x16, mc 210) 1.02-1.03 -> 1.04-1.05x; 1024^3 (4 KB apart: 8 rows a set at mc 256) even at
-    mc 128."""
+    8 KB apart, kc 512: 16 rows a set at mc 256), against numpy: AVX2 mc 256 -> 128, two checkouts in turn, each
+    in its own process (4 rounds), 0.961-0.974 -> 0.976-0.990x; over random layouts (benchmarks/gemm_layouts.py, 4
+    layouts, 2 seeds) 0.970 / 0.969 -> 0.989 / 0.996x; AVX-512 (6x16, mc 210 -> 114) even, 1.02-1.04x. 1024^3 (4 KB
+    apart: 8 rows a set at mc 256) measured even at mc 128, and keeps 256."""
     return _l2_set_rows(row_bytes, block_bytes, caches.line_bytes, max(1, caches.l2_way_bytes // caches.line_bytes),
                         caches.l2_ways, caches.l2 // max(1, block_bytes))
 
