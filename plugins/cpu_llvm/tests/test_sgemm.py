@@ -330,6 +330,9 @@ def test_a_row_block_takes_no_more_rows_than_the_l2_sets_they_fall_into_hold(k, 
     rows = l2_set_rows(k * 4, kc * 4, caches)
     assert fullest(rows) <= ways
     assert rows == 1024 * 1024 // (kc * 4) or fullest(rows + 1) > ways
+    # counting stops at the GEMM's M: the same bound when M rows overfill a set, none when they all fit
+    for m in (rows - 1, rows + 1):
+        assert l2_set_rows(k * 4, kc * 4, caches, m) == (rows if m > rows else 1024 * 1024 // (kc * 4))
     plan = gemm_plan(1024, 1000, k, target, {}, "kn")
     assert fullest(plan.mc, plan.kc) <= ways
 

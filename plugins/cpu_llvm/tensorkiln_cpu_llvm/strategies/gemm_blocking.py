@@ -298,8 +298,9 @@ def balanced_columns(m: int, n: int, mc: int, nc: int, nr: int, cores: int, wide
     return max(width for width, time in times.items() if time * BALANCE_GAIN <= soonest)
 
 
-def l2_set_rows(row_bytes: int, block_bytes: int, caches) -> int:
-    """The most rows of a block of A read in place (`block_bytes` of each row, rows `row_bytes` apart) that L2 holds
+def l2_set_rows(row_bytes: int, block_bytes: int, caches, rows: int | None = None) -> int:
+    """The most rows of a block of A read in place (`block_bytes` of each row, rows `row_bytes` apart), up to `rows`
+    (the GEMM's M: no block is taller; counting stops there), that L2 holds
     before more of their lines fall into one L2 set than the set has ways. Rows a multiple of 8 KB apart share a
     sixteenth of the sets of a 1 MB 8-way L2 (128 KB a way): an mc x kc block of half of L2 then does not stay there
     for the next sliver of B, and every row tile comes from L3 again. Numpy's arrays of 4 MB or more lie in huge pages
@@ -308,8 +309,10 @@ def l2_set_rows(row_bytes: int, block_bytes: int, caches) -> int:
     in its own process (4 rounds), 0.961-0.974 -> 0.976-0.990x; over random layouts (benchmarks/gemm_layouts.py, 4
     layouts, 2 seeds) 0.970 / 0.969 -> 0.989 / 0.996x; AVX-512 (6x16, mc 210 -> 114) even, 1.02-1.04x. 1024^3 (4 KB
     apart: 8 rows a set at mc 256) measured even at mc 128, and keeps 256."""
-    return _l2_set_rows(row_bytes, block_bytes, caches.line_bytes, max(1, caches.l2_way_bytes // caches.line_bytes),
-                        caches.l2_ways, caches.l2 // max(1, block_bytes))
+    whole = caches.l2 // max(1, block_bytes)
+    fits = _l2_set_rows(row_bytes, block_bytes, caches.line_bytes, max(1, caches.l2_way_bytes // caches.line_bytes),
+                        caches.l2_ways, min(whole, rows or whole))
+    return whole if rows and fits >= rows else fits   # all of the GEMM's rows fit: no bound
 
 
 @functools.lru_cache(maxsize=256)
@@ -330,7 +333,7 @@ def _blocks(m: int, n: int, k: int, tile: GemmTile, target, batch: int, per_core
     items per core of `cores`."""
     caches = cache_sizes(target)
     kc = _even(k, depth, 8)
-    mc = _even(m, max(tile.mr, min(caches.l2 // 2 // (kc * 4), l2_set_rows(k * 4, kc * 4, caches))), tile.mr)
+    mc = _even(m, max(tile.mr, min(caches.l2 // 2 // (kc * 4), l2_set_rows(k * 4, kc * 4, caches, m))), tile.mr)
     n_padded = _round_up(n, tile.nr)
     nc = max(tile.nr, min(n_padded, caches.l3 // 4 // (kc * 4) // tile.nr * tile.nr,
                           widest // tile.nr * tile.nr if widest else n_padded))
