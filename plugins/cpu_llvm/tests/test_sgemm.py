@@ -404,19 +404,22 @@ def test_a_model_whose_a_outgrows_l2_reads_it_in_place_and_matches_numpy():
         np.testing.assert_allclose(got, np.maximum(x @ w.T + bias, 0), rtol=1e-4, atol=1e-3)
 
 
-def test_the_micro_kernel_prefetches_the_next_row_tile_only_when_it_reads_a_in_place():
-    """In place, each step of the k loop prefetches a line of the next mr rows (ukernels.next_tile_rows);
-    from a packed tile it does not (one stream, which the hardware follows). The prefetch reaches past the
-    last row tile, which runs all the same: a prefetch never faults."""
+def test_the_micro_kernel_prefetches_the_next_row_tile_only_when_it_reads_a_in_place_in_one_block():
+    """In place with K in one block (kc >= K), each step of the k loop prefetches a line of the next mr rows
+    (ukernels.next_tile_rows); from a packed tile it does not (one stream, which the hardware follows), nor with K
+    in several blocks (the next tile's block is rows K apart: the same line at every step). The prefetch reaches
+    past the last row tile, which runs all the same: a prefetch never faults."""
     target = tk.target("llvm -mcpu=haswell")
-    for pack_a, expected in ((False, True), (True, False)):
-        plan = gemm_plan(3136, 48, 256, target, {"pack_a": pack_a}, "kn")
+    for k, pack_a, expected in ((256, False, True), (256, True, False), (4096, False, False)):
+        plan = gemm_plan(3136, 48, k, target, {"pack_a": pack_a}, "kn")
+        assert not plan.pack_panels and (plan.kc >= k) is (k == 256)
         source = sgemm_source(plan)
         # llvm.prefetch(address, read 0 / write 1, locality 3, data 1): A's are reads, C's tile writes
         assert ("i32 0, i32 3, i32 1)" in source) is expected
         assert "i32 1, i32 3, i32 1)" in source
-    module, _ = _build(3136 // 4 + 3, 24, 256, "llvm -mcpu=haswell", config={"pack_a": False})
-    _check(module, 3136 // 4 + 3, 24, 256)
+    for k in (256, 1000):
+        module, _ = _build(3136 // 4 + 3, 24, k, "llvm -mcpu=haswell", config={"pack_a": False})
+        _check(module, 3136 // 4 + 3, 24, k)
 
 
 @pytest.mark.parametrize("n, edge", [(49, 8), (40, 16), (47, None), (48, None), (25, 8)])
