@@ -490,7 +490,15 @@ def _prefetch_next_panel(builder: ir.IRBuilder, plan: GemmPlan, b: ir.Value, ldb
     nothing (rows clamped to K). Measured, Zen 4, 1 core, one process alternating, GFLOP/s without -> with:
     AVX2 48x4608x512 78.5-79.8 -> 83.8-86.5, 64x4096x1024 78.2-83.6 -> 84.9-85.4, 49x512x4608 75-77 -> 74-77;
     AVX-512 48x4608x512 82.0-82.7 -> 84.7, 64x4096x1024 80.0-81.0 -> 83.1-83.3, 49x512x4608 88.7 -> 86.0-87.5.
-    Locality 3 (into L1) was slower than none: 48x4608x512 76.4-84.7, 49x512x4608 70.9-71.1."""
+    Locality 3 (into L1) was slower than none: 48x4608x512 76.4-84.7, 49x512x4608 70.9-71.1.
+
+    Tried against this burst and lost, AVX2 64x4096x1024, 1 core, in-process A/B over 8 random layouts (ratio to
+    numpy's time; the burst read 0.96-0.98): each micro-kernel call asking for its share of the next panel's lines
+    (0.955 against 0.970); each call copying its share of the next panel's rows into a second panel buffer, rows
+    1-4 calls ahead prefetched (0.939-0.942 against 0.973); a line in two (0.958-0.975 against 0.971-0.994: no
+    adjacent-line fetch to lean on); the burst after the sliver's first or eighth row tile (even). Copying no panel
+    at all, the first row tile of each sliver copying it from B as its k loop reads it (prefetched 48-80 rows ahead
+    into L2), read 0.956 against 0.946-0.955 across processes: that row tile's calls took 3.3x a call from L1."""
     slivers = builder.sub(sliver_stop, sliver_start)
     share = builder.udiv(builder.add(I64(plan.kc), builder.sub(slivers, I64(1))), slivers)
     first = builder.add(builder.add(k_start, I64(plan.kc)), builder.mul(builder.sub(jr, sliver_start), share))
