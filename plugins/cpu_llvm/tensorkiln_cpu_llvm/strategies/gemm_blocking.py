@@ -405,15 +405,15 @@ def _packs_b(m: int, mc: int) -> bool:
 
 
 PACK_A = False
-"""The pack_a knob's default: A is read where it lies, not copied into row tiles first (sgemm.py); the tuner may
-still pack it. The micro-kernel prefetches the next row tile in place where K is one block (sgemm._prefetches_a),
-and an mc x kc block of A comes from L3 once and stays in L2 for every sliver; packed, A costs one more pass, written
-to memory and read back. Measured, Zen 4 (L2 1 MB), two processes alternating (3 rounds at 1024x1000x2048, 2 elsewhere), against
-numpy, packed -> in place: AVX2 at 2 threads 1024x1000x2048 0.94-0.95 -> 0.96-0.97x, 1024^3 0.96-0.97 ->
-0.96-1.00x, 3072x768x768 0.93-0.97 -> 0.97-1.00x, 960^3 and 1000^3 even (0.97-0.99x), 49x512x4608 1.01-1.08 ->
-1.04x; at 1 thread 1024x1000x2048 0.96 -> 0.98x, 1024^3 and 3072x768x768 even (0.97-1.02x); AVX-512 at 2 threads
-1024x1000x2048 0.99-1.00 -> 1.02-1.04x, 49x512x4608 1.09-1.13 -> 1.16-1.28x, 1024^3 even; at 1 thread 1024^3
-1.01-1.03 -> 1.06-1.09x, 3072x768x768 1.02-1.03 -> 1.06-1.08x, 1024x1000x2048 0.99-1.00 -> 1.03x. Packing had
+"""The pack_a knob's default: A is read where it lies, not copied into row tiles first (sgemm.py); the tuner may still
+pack it. The micro-kernel prefetches the next row tile in place where K is one block (sgemm._prefetches_a), and an
+mc x kc block of A comes from L3 once and stays in L2 for every sliver; packed, A costs one more pass, written to
+memory and read back. Measured, Zen 4 (L2 1 MB), two processes alternating (3 rounds at 1024x1000x2048, 2
+elsewhere), against numpy, packed -> in place: AVX2 at 2 threads 1024x1000x2048 0.94-0.95 -> 0.96-0.97x, 1024^3
+0.96-0.97 -> 0.96-1.00x, 3072x768x768 0.93-0.97 -> 0.97-1.00x, 960^3 and 1000^3 even (0.97-0.99x), 49x512x4608
+1.01-1.08 -> 1.04x; at 1 thread 1024x1000x2048 0.96 -> 0.98x, 1024^3 and 3072x768x768 even (0.97-1.02x); AVX-512 at
+2 threads 1024x1000x2048 0.99-1.00 -> 1.02-1.04x, 49x512x4608 1.09-1.13 -> 1.16-1.28x, 1024^3 even; at 1 thread
+1024^3 1.01-1.03 -> 1.06-1.09x, 3072x768x768 1.02-1.03 -> 1.06-1.08x, 1024x1000x2048 0.99-1.00 -> 1.03x. Packing had
 won on Sapphire Rapids (KVM, L2 2 MB) before the micro-kernel prefetched the next row tile (AVX-512 1024^3 0.59 ->
 0.80x numpy, AVX2 1000^3 0.86 -> 0.91x): that host has not been measured since."""
 
