@@ -312,7 +312,7 @@ def _prefetches_a(plan: GemmPlan) -> bool:
     prefetch asks for one line (the next tile's first) again at every step: a load slot and a few integer operations
     a step for a line the k loop of the next call finds in L1 or L2 anyway. Measured without it, Zen 4, 1 core,
     in-process A/B over random layouts (4-8 each), ratio to numpy's time: AVX2 64x4096x1024 0.960 / 0.965 ->
-    0.975 / 0.978 (two seeds), 49x512x4608 1.065 -> 1.076, 3072x768x768 1.006 -> 1.018, 1024x1000x2048 0.997 ->
+    0.975 / 0.978 (seed 2, two copies of each), 0.970-0.976 -> 0.966-0.984 (seeds 3 and 4), 49x512x4608 1.065 -> 1.076, 3072x768x768 1.006 -> 1.018, 1024x1000x2048 0.997 ->
     1.005, 1024^3 and 196x256x2304 even; AVX-512 even (1.075-1.157 either way)."""
     return plan.kc >= plan.k
 
