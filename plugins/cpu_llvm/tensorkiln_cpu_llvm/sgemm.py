@@ -306,14 +306,15 @@ def _define_micro(module: ir.Module, tile: GemmTile, name: str, a_packed: bool =
 
 
 def _prefetches_a(plan: GemmPlan) -> bool:
-    """Whether the micro-kernel prefetches the next row tile of A (read in place) as it goes: only when K is one
-    block (kc >= K), where a row tile can be one piece of mr x K floats (lda == K: next_tile_rows asks for all of its lines).
-    With K in several blocks a row tile's rows are K apart and its block of them only kc long, so the prefetch asks
-    for one line (the next tile's first) again at every step: a load slot and a few integer operations a step for a
-    line the k loop of the next call finds in L1 or L2 anyway. Measured without it, Zen 4, 1 core, in-process A/B
-    over random layouts (4-8 each), ratio to numpy's time: AVX2 64x4096x1024 0.960 / 0.965 -> 0.975 / 0.978 (seed 2,
-    two copies of each), 0.970-0.976 -> 0.966-0.984 (seeds 3 and 4), 49x512x4608 1.065 -> 1.076, 3072x768x768 1.006
-    -> 1.018, 1024x1000x2048 0.997 -> 1.005, 1024^3 and 196x256x2304 even; AVX-512 even (1.075-1.157 either way)."""
+    """Whether the micro-kernel prefetches the next row tile of A (read in place) as it goes: only when K is one block
+    (kc >= K), where a row tile can be one piece of mr x K floats (lda == K: next_tile_rows asks for all of its
+    lines). With K in several blocks a row tile's rows are K apart and its block of them only kc long, so the
+    prefetch asks for one line (the next tile's first) again at every step: a load slot and a few integer operations
+    a step for a line the k loop of the next call finds in L1 or L2 anyway. Measured without it, Zen 4, 1 core,
+    in-process A/B over random layouts (4-8 each), ratio to numpy's time: AVX2 64x4096x1024 0.960 / 0.965 -> 0.975 /
+    0.978 (seed 2, two copies of each), 0.970-0.976 -> 0.966-0.984 (seeds 3 and 4), 49x512x4608 1.065 -> 1.076,
+    3072x768x768 1.006 -> 1.018, 1024x1000x2048 0.997 -> 1.005, 1024^3 and 196x256x2304 even; AVX-512 even
+    (1.075-1.157 either way)."""
     return plan.kc >= plan.k
 
 
